@@ -1,0 +1,114 @@
+"""The smoke-script interface every stage keeps (``scripts/l*_smoke.py``).
+
+Flags: ``--model`` (path or hub id; default: the built-in tiny Qwen3), ``--prompt TEXT`` or
+``--prompt-ids 1,2,3``, ``--max-new-tokens`` (20), ``--device`` (cuda if present, else cpu),
+``--dtype`` (bfloat16 on cuda, float32 on cpu), ``--json``. A stage adds its own flags and
+builds its own engine; this module loads the model, checks the input, runs and prints.
+
+``--json`` prints one object with the keys ``stage, model, device, dtype, prompt_ids,
+token_ids, text`` (plus stage extras such as ``finish_reason``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from .checkpoint import load_model, load_tokenizer, resolve_model_dir
+from .errors import UserError
+from .runtime import default_device, default_dtype
+
+DEFAULT_PROMPT = "The capital of France is"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+NO_TEXT = "(text unavailable: this checkpoint has no tokenizer)"
+
+
+def base_parser(stage: str, doc: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"{stage}_smoke", description=doc)
+    p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: built-in tiny Qwen3)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--prompt", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
+    g.add_argument("--prompt-ids", default=None, help="comma-separated token ids, e.g. 1,2,3")
+    p.add_argument("--max-new-tokens", type=int, default=20)
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                   help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    return p
+
+
+def check_device_dtype(device: str, dtype_name: str) -> torch.dtype:
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for but no CUDA device is visible: use --device cpu.")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise UserError(f"unknown --device {device!r}: use cuda or cpu.")
+    dtype = DTYPES[dtype_name]
+    if device.startswith("cuda") and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise UserError("this GPU does not support bfloat16: use --dtype float16 or float32.")
+    try:  # the operations the model needs, in this dtype, on this device
+        x = torch.ones(2, 1, 2, 8, device=device, dtype=dtype)
+        torch.nn.functional.scaled_dot_product_attention(x, x, x) @ x.transpose(-1, -2)
+    except RuntimeError as e:
+        raise UserError(f"--dtype {dtype_name} is not supported on {device} ({str(e)[:80]}): use float32.") from None
+    return dtype
+
+
+@dataclass
+class Loaded:
+    model: torch.nn.Module
+    tokenizer: object
+    prompt_ids: list[int]
+    label: str
+    device: str
+    dtype_name: str
+
+    def text(self, ids: list[int]) -> str:
+        return NO_TEXT if self.tokenizer is None else self.tokenizer.decode(ids)
+
+
+def load(args) -> Loaded:
+    device = args.device or default_device()
+    dtype_name = args.dtype or {torch.float32: "float32", torch.bfloat16: "bfloat16"}[default_dtype(device)]
+    dtype = check_device_dtype(device, dtype_name)
+    path = resolve_model_dir(args.model)
+    tokenizer = load_tokenizer(path)
+    if args.prompt_ids is not None:
+        try:
+            prompt_ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
+        except ValueError:
+            raise UserError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}.") from None
+    else:
+        prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
+        if tokenizer is None:
+            raise UserError(f"{path} has no tokenizer files, so --prompt cannot be encoded: pass --prompt-ids 1,2,3.")
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    model = load_model(path, device, dtype)
+    return Loaded(model, tokenizer, prompt_ids, args.model or "tiny-qwen3 (built-in)", device, dtype_name)
+
+
+def report(stage: str, ld: Loaded, token_ids: list[int], as_json: bool, extra: dict | None = None,
+           lines: list[str] = ()) -> None:
+    record = {"stage": stage, "model": ld.label, "device": ld.device, "dtype": ld.dtype_name,
+              "prompt_ids": ld.prompt_ids, "token_ids": token_ids, "text": ld.text(token_ids), **(extra or {})}
+    if as_json:
+        print(json.dumps(record))
+        return
+    print(f"[{stage}] model={ld.label} device={ld.device} dtype={ld.dtype_name}")
+    print(f"prompt     : {ld.text(ld.prompt_ids)!r}")
+    print(f"prompt ids : {ld.prompt_ids}")
+    print(f"token ids  : {token_ids}")
+    print(f"text       : {record['text']!r}")
+    for line in lines:
+        print(line)
+
+
+def run_main(main) -> None:
+    """Run a script's main(); a UserError becomes one line on stderr and exit status 2."""
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

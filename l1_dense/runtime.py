@@ -1,0 +1,37 @@
+"""Where kernels run: a real GPU, or the Triton interpreter on a CPU.
+
+Triton decides at *decoration* time (`@triton.jit`) whether a kernel is compiled for a GPU or
+run by its Python interpreter, by reading the environment variable ``TRITON_INTERPRET``. So the
+variable has to be set before any module that defines a kernel is imported. Every stage package
+imports ``l1_dense`` first, and ``l1_dense/__init__.py`` imports this module first, which makes
+the rule hold for the whole project:
+
+    no CUDA device  ->  TRITON_INTERPRET=1 (unless the user already set it)
+
+The interpreter runs each program of the grid as NumPy code on the CPU, with CPU tensors.
+It is slow but exact enough to test kernels on a laptop. One known blind spot (triton 3.9):
+``tl.dot`` on bfloat16 operands returns garbage under the interpreter; float32 and float16 are
+exact. Kernels therefore upcast to float32 before ``tl.dot`` when ``INTERPRET`` is true.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+#: True when Triton kernels run through the CPU interpreter rather than a GPU compiler.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def default_device() -> str:
+    """``cuda`` when a GPU is present, else ``cpu``."""
+    return "cuda" if CUDA else "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """bfloat16 on a GPU (what real checkpoints ship in), float32 on a CPU (exact, and fast enough)."""
+    return torch.bfloat16 if str(device).startswith("cuda") else torch.float32

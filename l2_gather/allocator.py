@@ -1,0 +1,77 @@
+"""A block allocator: KV memory handed out in fixed-size blocks, on demand, like pages.
+
+    num_blocks blocks of block_size tokens; block b owns flat slots [b*block_size, (b+1)*block_size)
+
+    request A: blocks [7, 2]      position i -> slot blocks[i // bs] * bs + i % bs
+    bs = 4     slot_indices  = [28, 29, 30, 31, 8, 9, ...]
+
+A request's blocks need not be contiguous or in order; only its *block list* is ordered.
+Allocation and freeing are O(1) per block (a deque of free ids). A failed ``reserve`` hands out
+nothing, so the allocator is never left half-way.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+class OutOfBlocks(RuntimeError):
+    """No free block is left for a reservation. Nothing was allocated by the failed call."""
+
+
+class AllocatorError(RuntimeError):
+    """Misuse: freeing twice, or freeing a block the request does not own."""
+
+
+@dataclass(eq=False)  # identity, not value, equality: two requests are never "the same"
+class Request:
+    req_id: object
+    blocks: list[int] = field(default_factory=list)        # physical block ids, in logical order
+    slot_indices: list[int] = field(default_factory=list)  # flat slot of each logical position
+    cur_len: int = 0                                       # tokens whose K/V are in the pool
+    freed: bool = False
+
+
+class BlockAllocator:
+    def __init__(self, num_blocks: int, block_size: int):
+        for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self._free = deque(range(num_blocks))
+        self._owner: list[Request | None] = [None] * num_blocks
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def blocks_for(self, n_tokens: int) -> int:
+        return -(-n_tokens // self.block_size)  # ceil
+
+    def reserve(self, req: Request, n: int) -> None:
+        """Grow ``req`` so it can hold ``n`` tokens (no-op if it already can)."""
+        if req.freed:
+            raise AllocatorError(f"request {req.req_id!r} was freed; make a new Request")
+        need = self.blocks_for(n) - len(req.blocks)
+        if need > len(self._free):
+            raise OutOfBlocks(f"request {req.req_id!r} needs {need} more blocks for {n} tokens "
+                              f"but only {len(self._free)} of {self.num_blocks} are free")
+        for _ in range(max(need, 0)):
+            b = self._free.popleft()
+            self._owner[b] = req
+            req.blocks.append(b)
+        bs = self.block_size
+        for i in range(len(req.slot_indices), n):
+            req.slot_indices.append(req.blocks[i // bs] * bs + i % bs)
+
+    def free(self, req: Request) -> None:
+        """Return every block of ``req``. Checks first, then mutates: an error changes nothing."""
+        if req.freed:
+            raise AllocatorError(f"request {req.req_id!r} freed twice")
+        for b in req.blocks:
+            if not 0 <= b < self.num_blocks or self._owner[b] is not req:
+                raise AllocatorError(f"request {req.req_id!r} does not own block {b}")
+        for b in req.blocks:
+            self._owner[b] = None
+            self._free.append(b)
+        req.blocks, req.slot_indices, req.cur_len, req.freed = [], [], 0, True
