@@ -1,0 +1,53 @@
+"""Block-tensor KV storage, and the attention layer that reads it with one call per batch.
+
+Per layer, K and V are ``[num_blocks, block_size, H_kv, D]``: the same bytes as stage 2's
+``[num_slots, H_kv, D]``, addressed by block. Writes still use flat slots, through a zero-copy
+view:
+
+    K[layer]                       [num_blocks, block_size, H_kv, D]   what the kernel reads
+    K[layer].view(-1, H_kv, D)     [num_blocks * block_size, H_kv, D]  what set_kv writes
+    slot = block_id * block_size + offset  ==  row of the view
+
+Without the ``.view`` the index ``K[layer][slot_mapping]`` would select whole *blocks*
+(dim 0 is blocks), write T blocks' worth of garbage, or fail on shape.
+"""
+from __future__ import annotations
+
+import torch
+
+from .attention_ref import paged_attention_ref
+from .attention_triton import paged_attention_triton
+from .metadata import PagedMeta
+from .validate import validate_paged_inputs
+
+IMPLS = ("torch", "triton")
+
+
+class PagedKVCache:
+    def __init__(self, cfg, num_blocks: int, block_size: int, device, dtype, impl: str = "triton",
+                 check: bool = False):
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)   # [N, B, H_kv, D]
+        self.K = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.V = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.block_size, self.impl, self.check = block_size, impl, check
+        self.bytes_per_block = 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * self.K[0].element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.K + self.V)
+
+    def set_kv(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        _, _, h_kv, d = self.K[layer].shape
+        self.K[layer].view(-1, h_kv, d)[slot_mapping] = k   # k [T, H_kv, D] -> T flat slots
+        self.V[layer].view(-1, h_kv, d)[slot_mapping] = v
+
+    def attend(self, layer: int, q, k, v, meta: PagedMeta) -> torch.Tensor:
+        self.set_kv(layer, meta.slot_mapping, k, v)
+        args = (q, self.K[layer], self.V[layer], meta.cu_seqlens_q, meta.seq_lens_kv, meta.block_table)
+        if self.check:  # host syncs: on in tests and --check, off in the hot path
+            validate_paged_inputs(*args, max_seqlen_q=meta.max_seqlen_q)
+        if self.impl == "torch":
+            return paged_attention_ref(*args)                                  # [T, H_q, D]
+        return paged_attention_triton(*args, max_seqlen_q=meta.max_seqlen_q)  # [T, H_q, D]

@@ -1,0 +1,40 @@
+"""Stage 3 smoke test: block-tensor KV, three metadata tensors, paged attention in one call.
+
+    python scripts/l3_smoke.py                      # Triton kernel (the interpreter on CPU)
+    python scripts/l3_smoke.py --impl torch         # the PyTorch reference (Path A)
+    python scripts/l3_smoke.py --check              # validate the metadata before every launch
+"""
+import _path  # noqa: F401
+
+from l1_dense.cli import base_parser, load, report, run_main
+from l1_dense.errors import UserError
+from l1_dense.generate import check_prompt, greedy_generate
+from l2_gather.allocator import OutOfBlocks
+from l2_gather.cli import add_paging_args, memory_lines, pool_shape
+from l3_paged.engine import PagedEngine
+
+
+def main():
+    p = base_parser("l3_paged", __doc__)
+    add_paging_args(p)
+    p.add_argument("--impl", choices=["torch", "triton"], default="triton",
+                   help="attention path: PyTorch reference or the Triton kernel (default)")
+    p.add_argument("--check", action="store_true", help="validate metadata before each launch (syncs the host)")
+    args = p.parse_args()
+    ld = load(args)
+    cfg = ld.model.cfg
+    num_blocks, block_size = pool_shape(args, cfg)
+    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size)
+    engine = PagedEngine(ld.model, num_blocks, block_size, impl=args.impl, check=args.check)
+    try:
+        gen = greedy_generate(engine, ld.prompt_ids, args.max_new_tokens, cfg.eos_token_ids)
+    except OutOfBlocks as e:
+        raise UserError(f"the KV pool ran out of blocks ({e}): raise --num-blocks.") from None
+    lines, extra = memory_lines(engine, engine.req.cur_len, cfg)
+    report(f"l3_paged[{args.impl}]", ld, gen.token_ids, args.json,
+           extra={"impl": args.impl, "finish_reason": gen.finish_reason, **extra},
+           lines=[f"finish     : {gen.finish_reason}", *lines])
+
+
+if __name__ == "__main__":
+    run_main(main)
