@@ -10,11 +10,11 @@ from l1_dense.dense_kv import DenseEngine
 from l1_dense.generate import check_prompt, greedy_generate
 
 
-def main():
+def main(argv=None):
     p = base_parser("l1_dense", __doc__)
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="rows preallocated in the dense cache (default: the model's context, at most 4096)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     ld = load(args)
     cfg = ld.model.cfg
     max_seq_len = args.max_seq_len or min(cfg.max_position_embeddings, 4096)

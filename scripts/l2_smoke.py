@@ -13,10 +13,10 @@ from l2_gather.allocator import OutOfBlocks
 from l2_gather.engine import GatherEngine
 
 
-def main():
+def main(argv=None):
     p = base_parser("l2_gather", __doc__)
     add_paging_args(p)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     ld = load(args)
     cfg = ld.model.cfg
     num_blocks, block_size = pool_shape(args, cfg)

@@ -14,13 +14,13 @@ from l2_gather.cli import add_paging_args, memory_lines, pool_shape
 from l3_paged.engine import PagedEngine
 
 
-def main():
+def main(argv=None):
     p = base_parser("l3_paged", __doc__)
     add_paging_args(p)
     p.add_argument("--impl", choices=["torch", "triton"], default="triton",
                    help="attention path: PyTorch reference or the Triton kernel (default)")
     p.add_argument("--check", action="store_true", help="validate metadata before each launch (syncs the host)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     ld = load(args)
     cfg = ld.model.cfg
     num_blocks, block_size = pool_shape(args, cfg)

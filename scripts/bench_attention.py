@@ -1,0 +1,306 @@
+"""Benchmark the stage-3 paged-attention kernel against its peers, measured in the same run.
+
+    PYTHONPATH=. python scripts/bench_attention.py                 # GPU: full sweep
+    PYTHONPATH=. python scripts/bench_attention.py --quick         # CPU smoke test of the script
+    PYTHONPATH=. python scripts/bench_attention.py --tune          # GPU: time kernel configs too
+
+Shape: Qwen3-8B attention (H_q 32, H_kv 8, D 128), bfloat16, block_size 16, shuffled block table.
+Peers: Path A (the reference), torch SDPA and FlexAttention (compiled) on the same data laid out
+densely [B, H, T, D]. Decode is memory-bound, so it is scored in GB/s against a device-to-device
+copy measured here; prefill is compute-bound, so it is scored in TFLOP/s and against SDPA.
+Writes bench_attention.{json,md,png} into --out (default out/bench_attention/).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import l3_paged  # noqa: E402,F401  (before triton: picks GPU or interpreter)
+import triton  # noqa: E402
+from l3_paged.attention_ref import paged_attention_ref  # noqa: E402
+from l3_paged.attention_triton import KernelConfig, make_paged_batch, paged_attention_triton  # noqa: E402
+
+F = torch.nn.functional
+H_Q, H_KV, D, BLOCK_SIZE, DTYPE = 32, 8, 128, 16, torch.bfloat16
+ELT = 2  # bytes per bf16 element
+
+
+def timer(device):
+    """Median milliseconds. GPU: triton's do_bench (CUDA events, L2 flushed before each call)."""
+    if device == "cuda":
+        return lambda fn, rep=100: triton.testing.do_bench(fn, warmup=25, rep=rep, return_mode="median")
+
+    def cpu_time(fn, rep=None):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        return (time.perf_counter() - t0) / 3 * 1e3
+    return cpu_time
+
+
+def dense_kv(args, ctx):
+    """Gather the paged K/V of B equal-length sequences into [B, H_kv, ctx, D] for SDPA/flex."""
+    _, k_cache, v_cache, _, _, table = args
+    j = torch.arange(ctx, device=table.device)
+    slots = table[:, j // BLOCK_SIZE].long() * BLOCK_SIZE + j % BLOCK_SIZE   # [B, ctx]
+    return tuple(c.view(-1, H_KV, D)[slots].transpose(1, 2).contiguous() for c in (k_cache, v_cache))
+
+
+def sdpa(q, k, v, causal):
+    try:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    except TypeError:  # torch without enable_gqa: materialise the repeat
+        g = q.shape[1] // k.shape[1]
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                              is_causal=causal)
+
+
+def make_flex(device, enabled):
+    """Compiled FlexAttention, or None where it is unavailable (reported as n/a)."""
+    if not enabled:
+        return None
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        torch._dynamo.config.cache_size_limit = 64
+        compiled = torch.compile(flex_attention, dynamic=False)
+
+        def run(q, k, v, causal):
+            mask = None
+            if causal:
+                T = q.shape[2]
+                mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, T, T, device=device)
+            return lambda: compiled(q, k, v, block_mask=mask, enable_gqa=True)
+        return run
+    except Exception as e:  # noqa: BLE001
+        print(f"FlexAttention unavailable: {type(e).__name__}: {e}")
+        return None
+
+
+def try_time(bench, make_fn, rep=100):
+    try:
+        fn = make_fn()
+        fn()
+        return bench(fn, rep)
+    except Exception as e:  # noqa: BLE001  (a peer failing must not stop the benchmark)
+        print(f"  peer failed: {type(e).__name__}: {str(e)[:160]}")
+        return None
+
+
+def copy_bandwidth(bench, device, nbytes):
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return 2 * nbytes / (bench(lambda: dst.copy_(src)) * 1e-3) / 1e9   # GB/s, read + write
+
+
+def bench_decode(bench, device, batches, contexts, flex, ref_max_batch):
+    rows = []
+    for B in batches:
+        for ctx in contexts:
+            args = make_paged_batch([1] * B, [ctx] * B, H_Q, H_KV, D, BLOCK_SIZE, DTYPE, device, spare_blocks=0)
+            q = args[0]
+            nbytes = 2 * B * ctx * H_KV * D * ELT + 2 * B * H_Q * D * ELT   # K+V read, q read, out written
+            row = dict(B=B, ctx=ctx, bytes=nbytes)
+            row["triton_ms"] = bench(lambda: paged_attention_triton(*args, max_seqlen_q=1))
+            k, v = dense_kv(args, ctx)                                         # [B, H_kv, ctx, D]
+            qd = q.view(B, H_Q, 1, D)                                          # [B, H_q, 1, D]
+            row["sdpa_ms"] = try_time(bench, lambda: (lambda: sdpa(qd, k, v, False)))
+            row["flex_ms"] = try_time(bench, lambda: flex(qd, k, v, False)) if flex else None
+            row["ref_ms"] = (try_time(bench, lambda: (lambda: paged_attention_ref(*args)), rep=30)
+                             if B <= ref_max_batch else None)
+            rows.append(row)
+            print(f"decode B={B:3d} ctx={ctx:5d}: triton {row['triton_ms'] * 1e3:8.1f} us  "
+                  f"{nbytes / row['triton_ms'] / 1e6:7.0f} GB/s")
+            del args, k, v
+    return rows
+
+
+def bench_prefill(bench, device, lengths, flex):
+    rows = []
+    for T in lengths:
+        args = make_paged_batch([T], [T], H_Q, H_KV, D, BLOCK_SIZE, DTYPE, device, spare_blocks=0)
+        flops = 4 * H_Q * D * T * (T + 1) // 2        # 2 matmuls x 2 flop x visible (q, k) pairs
+        row = dict(T=T, flops=flops)
+        row["triton_ms"] = bench(lambda: paged_attention_triton(*args, max_seqlen_q=T))
+        k, v = dense_kv(args, T)
+        qd = args[0].view(1, T, H_Q, D).transpose(1, 2).contiguous()           # [1, H_q, T, D]
+        row["sdpa_ms"] = try_time(bench, lambda: (lambda: sdpa(qd, k, v, True)))
+        row["flex_ms"] = try_time(bench, lambda: flex(qd, k, v, True)) if flex else None
+        row["ref_ms"] = try_time(bench, lambda: (lambda: paged_attention_ref(*args)), rep=30)
+        rows.append(row)
+        print(f"prefill T={T}: triton {row['triton_ms']:.3f} ms {flops / row['triton_ms'] / 1e9:.0f} TFLOP/s")
+    return rows
+
+
+def bench_mixed(bench, device, B, ctx, chunk):
+    """One launch: a prefill chunk of `chunk` tokens on cached context plus B-1 decodes."""
+    q_lens, kv_lens = [chunk] + [1] * (B - 1), [ctx] * B
+    args = make_paged_batch(q_lens, kv_lens, H_Q, H_KV, D, BLOCK_SIZE, DTYPE, device, spare_blocks=0)
+    ms = bench(lambda: paged_attention_triton(*args, max_seqlen_q=chunk))
+    dec = make_paged_batch([1] * (B - 1), [ctx] * (B - 1), H_Q, H_KV, D, BLOCK_SIZE, DTYPE, device,
+                           spare_blocks=0)
+    ms_dec = bench(lambda: paged_attention_triton(*dec, max_seqlen_q=1))
+    return dict(B=B, ctx=ctx, chunk=chunk, triton_ms=ms, decode_only_ms=ms_dec)
+
+
+def tune(bench, device):
+    """Time candidate kernel configs on the two target shapes (results go to the ledger)."""
+    out = []
+    cases = {"decode B=64 ctx=4096": ([1] * 64, [4096] * 64, 1),
+             "prefill T=4096": ([4096], [4096], 4096)}
+    for name, (q_lens, kv_lens, mq) in cases.items():
+        args = make_paged_batch(q_lens, kv_lens, H_Q, H_KV, D, BLOCK_SIZE, DTYPE, device, spare_blocks=0)
+        if mq == 1:
+            cands = [KernelConfig(4, bn, w, st) for bn in (32, 64, 128) for w in (2, 4, 8) for st in (2, 3, 4)]
+        else:
+            cands = [KernelConfig(bq, bn, w, st) for bq in (16, 32) for bn in (32, 64, 128)
+                     for w in (4, 8) for st in (2, 3, 4)]
+        for cfg in cands:
+            ms = try_time(bench, lambda: (lambda: paged_attention_triton(*args, max_seqlen_q=mq, config=cfg)))
+            out.append(dict(case=name, config=cfg.__dict__, ms=ms))
+            print(f"tune {name:22s} {cfg}: {'fail' if ms is None else f'{ms * 1e3:.1f} us'}")
+    return out
+
+
+def fmt(x, spec):
+    return "n/a" if x is None else format(x, spec)
+
+
+def markdown(meta, dec, pre, mixed):
+    bw = meta["copy_GBps"]
+    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; "
+             f"{meta['shape']}; measured copy bandwidth {bw:.0f} GB/s (read + write).", "",
+             "Decode (one new token per sequence). GB/s = (K/V read + q read + out written) / time.", "",
+             "| batch | context | triton µs | triton GB/s | % of copy BW | SDPA µs | SDPA % copy | "
+             "flex µs | ref (Path A) µs | triton vs SDPA |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in dec:
+        gbps = r["bytes"] / r["triton_ms"] / 1e6
+        sd = r["sdpa_ms"]
+        lines.append(
+            f"| {r['B']} | {r['ctx']} | {r['triton_ms'] * 1e3:.1f} | {gbps:.0f} | {100 * gbps / bw:.0f}% | "
+            f"{fmt(sd and sd * 1e3, '.1f')} | {fmt(sd and 100 * r['bytes'] / sd / 1e6 / bw, '.0f')}% | "
+            f"{fmt(r['flex_ms'] and r['flex_ms'] * 1e3, '.1f')} | {fmt(r['ref_ms'] and r['ref_ms'] * 1e3, '.0f')} | "
+            f"{fmt(sd and sd / r['triton_ms'], '.2f')}x |")
+    lines += ["", "Prefill (one causal sequence). FLOPs = 4 * H_q * D * T(T+1)/2.", "",
+              "| tokens | triton ms | triton TFLOP/s | SDPA ms | SDPA TFLOP/s | triton / SDPA speed | "
+              "flex ms | flex TFLOP/s | ref ms |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in pre:
+        tf = lambda ms: fmt(ms and r["flops"] / ms / 1e9, ".0f")  # noqa: E731
+        lines.append(f"| {r['T']} | {r['triton_ms']:.3f} | {tf(r['triton_ms'])} | {fmt(r['sdpa_ms'], '.3f')} | "
+                     f"{tf(r['sdpa_ms'])} | {fmt(r['sdpa_ms'] and r['sdpa_ms'] / r['triton_ms'], '.2f')}x | "
+                     f"{fmt(r['flex_ms'], '.3f')} | {tf(r['flex_ms'])} | {fmt(r['ref_ms'], '.1f')} |")
+    if mixed:
+        m = mixed
+        lines += ["", f"Mixed batch, one launch: a {m['chunk']}-token prefill chunk on {m['ctx'] - m['chunk']} "
+                  f"cached tokens + {m['B'] - 1} decodes at context {m['ctx']}: {m['triton_ms'] * 1e3:.1f} µs "
+                  f"(the {m['B'] - 1} decodes alone: {m['decode_only_ms'] * 1e3:.1f} µs)."]
+    lines += ["", "Targets:"]
+    for r in dec:
+        if (r["B"], r["ctx"]) == (64, 4096):
+            frac = r["bytes"] / r["triton_ms"] / 1e6 / bw
+            lines.append(f"- decode 64 x 4096 >= 70% of copy bandwidth: {100 * frac:.0f}% -> "
+                         f"{'HIT' if frac >= 0.7 else 'MISSED'}")
+    for r in pre:
+        if r["T"] == 4096 and r["sdpa_ms"]:
+            ratio = r["sdpa_ms"] / r["triton_ms"]
+            lines.append(f"- prefill 4096 causal >= 0.7x SDPA: {ratio:.2f}x -> {'HIT' if ratio >= 0.7 else 'MISSED'}")
+    lines += ["", f"Host cost of one call (layout checks + launch, back-to-back, no sync): "
+              f"{meta['host_us_per_call']:.1f} µs. do_bench hides it; at small batch it is the real floor."]
+    return "\n".join(lines)
+
+
+def plot(path, meta, dec, pre):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the PNG (pip install matplotlib)")
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
+    labels = [f"{r['B']}x{r['ctx']}" for r in dec]
+    x = range(len(dec))
+    for i, (key, name) in enumerate((("triton_ms", "triton (paged)"), ("sdpa_ms", "SDPA (dense)"),
+                                     ("flex_ms", "flex (dense)"))):
+        vals = [100 * r["bytes"] / r[key] / 1e6 / meta["copy_GBps"] if r[key] else 0 for r in dec]
+        a.bar([j + (i - 1) * 0.27 for j in x], vals, 0.27, label=name)
+    a.axhline(70, color="k", ls="--", lw=1, label="target 70%")
+    a.set_xticks(list(x), labels, rotation=45)
+    a.set_ylabel("% of measured copy bandwidth")
+    a.set_title("decode (batch x context)")
+    a.legend()
+    for i, (key, name) in enumerate((("triton_ms", "triton"), ("sdpa_ms", "SDPA"), ("flex_ms", "flex"))):
+        b.bar([j + (i - 1) * 0.27 for j in range(len(pre))],
+              [r["flops"] / r[key] / 1e9 if r[key] else 0 for r in pre], 0.27, label=name)
+    b.set_xticks(range(len(pre)), [str(r["T"]) for r in pre])
+    b.set_ylabel("TFLOP/s")
+    b.set_title("causal prefill (tokens)")
+    b.legend()
+    fig.suptitle(f"paged attention, {meta['shape']}, {meta['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_attention")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes: smoke-test the script (CPU ok)")
+    ap.add_argument("--tune", action="store_true", help="also time candidate kernel configs")
+    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles are slow)")
+    a = ap.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not a.quick:
+        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    bench = timer(device)
+    os.makedirs(a.out, exist_ok=True)
+    if a.quick:
+        batches, contexts, lengths, mixed_shape = [1, 2], [32, 64], [64], (4, 64, 16)
+    else:
+        batches, contexts, lengths, mixed_shape = [1, 8, 32, 64], [512, 1024, 4096], [1024, 4096], (64, 4096, 512)
+    flex = make_flex(device, device == "cuda" and not a.no_flex)
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
+    meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, dtype=str(DTYPE),
+                shape=f"H_q={H_Q} H_kv={H_KV} D={D} bf16 block_size={BLOCK_SIZE}",
+                copy_GBps=copy_bandwidth(bench, device, 2 ** 30 if device == "cuda" else 2 ** 24))
+    print(f"{name}: copy bandwidth {meta['copy_GBps']:.0f} GB/s")
+    if device == "cpu":
+        print("NOTE: CPU run through the Triton interpreter. These numbers are NOT performance.")
+
+    # Host cost per call: back-to-back launches on a small decode, no synchronisation in between.
+    small = make_paged_batch([1], [512], H_Q, H_KV, D, BLOCK_SIZE, DTYPE, device, spare_blocks=0)
+    paged_attention_triton(*small, max_seqlen_q=1)
+    n = 200 if device == "cuda" else 3
+    t0 = time.perf_counter()
+    for _ in range(n):
+        paged_attention_triton(*small, max_seqlen_q=1)
+    meta["host_us_per_call"] = (time.perf_counter() - t0) / n * 1e6
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+    results = dict(meta=meta)
+    if a.tune and device == "cuda":
+        results["tune"] = tune(bench, device)
+    results["decode"] = bench_decode(bench, device, batches, contexts, flex, ref_max_batch=64)
+    results["prefill"] = bench_prefill(bench, device, lengths, flex)
+    results["mixed"] = bench_mixed(bench, device, *mixed_shape)
+    md = markdown(meta, results["decode"], results["prefill"], results["mixed"])
+    print("\n" + md)
+    with open(os.path.join(a.out, "bench_attention.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(a.out, "bench_attention.md"), "w") as f:
+        f.write(md + "\n")
+    plot(os.path.join(a.out, "bench_attention.png"), meta, results["decode"], results["prefill"])
+    print(f"wrote {a.out}/bench_attention.json and .md")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Test set-up: tiny checkpoints in a private cache, scripts/ importable, GPU tests skipped on CPU."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+
+
+def pytest_configure(config):
+    # Keep the user's cache untouched; every run regenerates the tiny checkpoints (milliseconds).
+    if "TRITON_LLM_LESSONS_CACHE" not in os.environ:
+        import tempfile
+        os.environ["TRITON_LLM_LESSONS_CACHE"] = tempfile.mkdtemp(prefix="tll-cache-")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
+    import l1_dense  # noqa: F401  (sets TRITON_INTERPRET before any kernel module is imported)
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run the GPU sweep on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """family -> loaded (model, path) in float32 on CPU, loaded once per session."""
+    import torch
+    from l1_dense.checkpoint import load_model
+    from l1_dense.tiny import tiny_checkpoint
+    cache = {}
+
+    def get(family="qwen3"):
+        if family not in cache:
+            path = tiny_checkpoint(family)
+            cache[family] = (load_model(path, "cpu", torch.float32), path)
+        return cache[family]
+    return get
