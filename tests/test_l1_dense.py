@@ -176,3 +176,9 @@ def test_checkpoint_without_tokenizer_works_with_prompt_ids(tmp_path):
     assert out["text"].startswith("(text unavailable") and len(out["token_ids"]) == 20
     r = _smoke("--model", str(tmp_path), "--prompt", "hello")
     assert r.returncode == 2 and "--prompt-ids" in r.stderr
+
+
+def test_kv_bytes_per_token_matches_the_lesson_hand_calculation():
+    from l1_dense.config import PRESETS
+    assert PRESETS["Qwen/Qwen3-0.6B"].kv_bytes_per_token == 2 * 28 * 8 * 128 * 2 == 114_688
+    assert PRESETS["Qwen/Qwen3-8B"].kv_bytes_per_token == 2 * 36 * 8 * 128 * 2 == 147_456
