@@ -21,6 +21,8 @@ from l1_dense.dense_kv import DenseEngine
 from l1_dense.generate import Generation, check_prompt, greedy_generate
 from l2_gather.engine import GatherEngine
 from l3_paged.engine import PagedEngine
+from l4_sampler.generate import sample_generate
+from l4_sampler.params import SamplingParams
 
 BLOCK_SIZE = 16
 
@@ -39,8 +41,14 @@ def stage_engines(model, n_tokens: int):
 def run_stages(model, prompt_ids, max_new_tokens, only=None) -> dict[str, Generation]:
     n = len(prompt_ids) + max_new_tokens
     eos = model.cfg.eos_token_ids
-    return {name: greedy_generate(make(), prompt_ids, max_new_tokens, eos, keep_logits=True)
-            for name, make in stage_engines(model, n).items() if not only or name in only}
+    engines = stage_engines(model, n)
+    runs = {name: (lambda make=make: greedy_generate(make(), prompt_ids, max_new_tokens, eos, keep_logits=True))
+            for name, make in engines.items()}
+    # Stage 4 samples on stage 3's engine; at temperature 0 it must be the same argmax.
+    runs["l4_sampler[t=0]"] = lambda: sample_generate(
+        engines["l3_paged[triton]"](), prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
+        eos, model.cfg.max_position_embeddings, keep_logits=True)
+    return {name: run() for name, run in runs.items() if not only or name in only}
 
 
 def hf_generate(path, prompt_ids, max_new_tokens, device, dtype) -> Generation:

@@ -11,4 +11,4 @@ def test_every_stage_matches_hf_generate_for_20_tokens(family, capsys):
     out = capsys.readouterr().out
     print(out)
     assert rc == 0, out
-    assert "chain: OK" in out and out.count("| yes ") >= 4
+    assert "chain: OK" in out and out.count("| yes ") == 5

@@ -1,0 +1,42 @@
+"""The stage 4 generate loop: stage 3's engine for the logits, the sampler for the token, the
+stop checker for the end. Greedy argmax (lessons 1-3) is the special case temperature=0."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from l1_dense.generate import Generation
+
+from .params import SamplingParams
+from .sampler import RowState, Sampler, TokenLogprobs
+from .stops import StopChecker
+
+
+@dataclass
+class SampledGeneration(Generation):
+    stop_reason: int | str | None = None
+    label: str = ""
+    text: str | None = None                       # decoded output, cut at a stop string
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+
+
+def sample_generate(engine, prompt_ids: list[int], params: SamplingParams, eos_ids=(), max_model_len=None,
+                    decode=None, sampler: Sampler | None = None, keep_logits: bool = False) -> SampledGeneration:
+    sampler = sampler or Sampler()
+    row = RowState(params, list(prompt_ids), [], tuple(eos_ids))
+    stops = StopChecker(params, len(prompt_ids), max_model_len, eos_ids, decode)
+    gen = SampledGeneration([], "")
+    logits = engine.prefill(prompt_ids)                     # [V]
+    while True:
+        if keep_logits:
+            gen.logits.append(logits.float().cpu())
+        out = sampler(logits[None], [row])                  # one row; .tolist() inside is the one sync
+        row.output_ids.append(out.token_ids_list[0])
+        if out.logprobs:
+            gen.logprobs.append(out.logprobs[0])
+        finish = stops.update(row.output_ids)
+        if finish is not None:
+            gen.token_ids, gen.finish_reason = row.output_ids, finish.finish_reason
+            gen.stop_reason, gen.label = finish.stop_reason, finish.label
+            gen.text = stops.text if decode is not None else None
+            return gen
+        logits = engine.decode(row.output_ids[-1])

@@ -1,0 +1,143 @@
+"""Per-request sampling parameters, with vLLM's names, ranges and meanings.
+
+A request carries one :class:`SamplingParams`. Every field is checked when the object is built
+(``__post_init__``), so a bad value fails at the API boundary with a :class:`UserError` that
+names the field, its valid range and the value given, never later as a NaN inside a kernel.
+
+    field               valid             off / default   meaning
+    temperature         >= 0              1.0             0 (below 1e-5) = greedy
+    top_k               -1, 0 or >= 1     0               keep the k most likely tokens
+    top_p               (0, 1]            1.0             keep the smallest set with mass >= top_p
+    min_p               [0, 1]            0.0             keep tokens with p >= min_p * p_max
+    repetition_penalty  > 0               1.0             prompt+output tokens: z>0 -> z/r, else z*r
+    presence_penalty    [-2, 2]           0.0             output tokens: z -= presence * (count > 0)
+    frequency_penalty   [-2, 2]           0.0             output tokens: z -= frequency * count
+    seed                int or None       None            per-request reproducible noise
+    max_tokens          >= 1              16              output budget
+    min_tokens          [0, max_tokens]   0               no EOS/stop before this many tokens
+    stop_token_ids      list[int >= 0]    []              stop when one is sampled
+    stop                str or list[str]  []              stop strings (cut from the text)
+    ignore_eos          bool              False           keep going past EOS
+    logprobs            None or int >= 0  None            top-n raw logprobs (+ the sampled one)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from l1_dense.errors import UserError
+
+#: A temperature below this is treated as greedy (vLLM's ``_SAMPLING_EPS``): dividing logits by
+#: 1e-6 only pushes float32 softmax to a one-hot anyway, with overflow risk on the way.
+GREEDY_EPS = 1e-5
+
+
+def _fail(name: str, valid: str, value) -> UserError:
+    return UserError(f"SamplingParams.{name} must be {valid}, got {value!r}")
+
+
+def _number(name: str, value, valid: str) -> float:
+    """An int or float (not a bool, not NaN/inf), returned as float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(name, valid, value)
+    return float(value)
+
+
+def _integer(name: str, value, valid: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(name, valid, value)
+    return value
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int = 16
+    min_tokens: int = 0
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] | str = field(default_factory=list)
+    ignore_eos: bool = False
+    logprobs: int | None = None
+
+    def __post_init__(self) -> None:
+        # Each check reads "valid range" in words, then tests the value against exactly that.
+        # Comparisons are written so that NaN fails them (NaN is already refused by _number).
+        v = "a number >= 0 (0 = greedy)"
+        self.temperature = _number("temperature", self.temperature, v)
+        if not self.temperature >= 0:
+            raise _fail("temperature", v, self.temperature)
+
+        v = "an int: -1 or 0 (off) or >= 1"
+        if not _integer("top_k", self.top_k, v) >= -1:
+            raise _fail("top_k", v, self.top_k)
+
+        v = "a number in (0, 1] (1 = off)"
+        self.top_p = _number("top_p", self.top_p, v)
+        if not 0 < self.top_p <= 1:
+            raise _fail("top_p", v, self.top_p)
+
+        v = "a number in [0, 1] (0 = off)"
+        self.min_p = _number("min_p", self.min_p, v)
+        if not 0 <= self.min_p <= 1:
+            raise _fail("min_p", v, self.min_p)
+
+        v = "a number > 0 (1 = off)"
+        self.repetition_penalty = _number("repetition_penalty", self.repetition_penalty, v)
+        if not self.repetition_penalty > 0:
+            raise _fail("repetition_penalty", v, self.repetition_penalty)
+
+        for name in ("presence_penalty", "frequency_penalty"):
+            v = "a number in [-2, 2] (0 = off)"
+            value = _number(name, getattr(self, name), v)
+            if not -2 <= value <= 2:
+                raise _fail(name, v, value)
+            setattr(self, name, value)
+
+        if self.seed is not None:
+            _integer("seed", self.seed, "an int or None")
+
+        v = "an int >= 1"
+        if not _integer("max_tokens", self.max_tokens, v) >= 1:
+            raise _fail("max_tokens", v, self.max_tokens)
+
+        v = f"an int in [0, max_tokens={self.max_tokens}]"
+        if not 0 <= _integer("min_tokens", self.min_tokens, v) <= self.max_tokens:
+            raise _fail("min_tokens", v, self.min_tokens)
+
+        v = "a list of token ids (ints >= 0)"
+        ids = self.stop_token_ids
+        if not isinstance(ids, (list, tuple)) or any(
+                isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
+            raise _fail("stop_token_ids", v, ids)
+        self.stop_token_ids = list(ids)
+
+        v = "a non-empty string or a list of non-empty strings"
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        if not isinstance(stop, (list, tuple)) or any(
+                not isinstance(s, str) or s == "" for s in stop):
+            raise _fail("stop", v, self.stop)
+        self.stop = list(stop)
+
+        if not isinstance(self.ignore_eos, bool):
+            raise _fail("ignore_eos", "a bool", self.ignore_eos)
+
+        v = "None or an int >= 0"
+        if self.logprobs is not None and not _integer("logprobs", self.logprobs, v) >= 0:
+            raise _fail("logprobs", v, self.logprobs)
+
+    @property
+    def greedy(self) -> bool:
+        """True when the answer is argmax of the penalised logits: temperature ~0, or top_k == 1."""
+        return self.temperature < GREEDY_EPS or self.top_k == 1
+
+    @property
+    def has_penalties(self) -> bool:
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)

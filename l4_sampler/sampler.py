@@ -1,0 +1,252 @@
+"""Stage 4 sampler: logits [B, V] -> one token id per row, each row with its own SamplingParams.
+
+This torch reference is the spec. Every step works on a float32 copy of the logits; B rows, V vocab.
+
+    raw logprobs     log_softmax(logits), before anything else (vLLM v1 default 'raw_logprobs')
+    0. min_tokens    while len(output) < min_tokens: EOS (unless ignore_eos) and stop ids -> -inf
+    1. penalties     repetition (prompt + output tokens), then frequency and presence (output only)
+    2. greedy        greedy rows (temperature < 1e-5, or top_k == 1) take argmax here and are done
+    3. temperature   z / T
+    4. min_p         drop tokens with softmax(z / T) < min_p * max(softmax(z / T))
+    5. top-k, top-p  one stable descending sort: keep ranks < k, then the nucleus of what is left
+    6. sample        probs = softmax(z); token = argmax(probs / q), q ~ Exp(1)  ("exponential race")
+
+Ties. Greedy is torch.argmax: the lowest token id among equal maxima. top-k and top-p rank tokens
+with a *stable* descending sort, so equal logits are ranked by token id too. top-k keeps exactly
+k tokens; top-p keeps a token when the mass strictly before it (in that order) is < top_p. So when
+equal-probability tokens straddle the top-p boundary, the lower ids get in, one at a time, until
+the mass reaches top_p, and the rest are cut: the nucleus is the smallest set, not "all ties".
+(vLLM uses an unstable sort, so which tied token it keeps is unspecified.)
+
+Randomness. Unseeded rows share one generator (seeded by ``Sampler(seed=...)``). A seeded row
+gets a fresh torch.Generator per step, seeded with ``noise_seed(seed, position)``, so its token
+depends only on (seed, absolute position, logits) and never on its batch slot or neighbours.
+
+Memory traffic. Each step reads and writes B*V floats (B=64, V=151,936: 39 MB); the sort in
+step 5 costs O(B*V log V) and dominates. Steps a batch does not use are skipped on the host.
+
+Host syncs. Parameters are copied host -> device without waiting (pinned memory on a GPU), and no
+step branches on a device value. The one sync is ``token_ids.tolist()`` at the end (see there);
+checked with ``torch.cuda.set_sync_debug_mode("warn")`` on an H200.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from l1_dense.errors import UserError
+
+from .params import SamplingParams
+
+NEG_INF = float("-inf")
+MASK64 = (1 << 64) - 1
+
+
+@dataclass
+class RowState:
+    """What the sampler needs to know about one request this step."""
+    params: SamplingParams
+    prompt_ids: list[int]
+    output_ids: list[int]          # tokens sampled so far (not the one being sampled now)
+    eos_token_ids: tuple[int, ...] = ()   # the model's EOS ids (Qwen3: <|im_end|>, <|endoftext|>)
+
+    @property
+    def position(self) -> int:
+        """Absolute position of the token being sampled now (0-based)."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+
+@dataclass
+class TokenLogprobs:
+    token_id: int                  # the sampled token
+    logprob: float                 # its raw logprob
+    top: list[tuple[int, float]]   # the `params.logprobs` most likely (id, raw logprob), best first
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: torch.Tensor        # [B] int64, on the logits' device (feed it to the next step)
+    token_ids_list: list[int]      # the same ids on the host (for stop checks)
+    logprobs: list[TokenLogprobs | None] | None   # per row; None when no row asked
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def noise_seed(seed: int, position: int) -> int:
+    """Generator seed for the token at ``position`` of a request seeded with ``seed``.
+
+    ``splitmix64(splitmix64(seed) + position)``: a 64-bit hash, so nearby (seed, position) pairs
+    get unrelated streams. CUDA's Philox uses all 64 bits; the CPU's mt19937 keeps only the low 32,
+    so on a CPU two of ~65k distinct pairs share a stream with probability ~1/2 (birthday bound).
+    """
+    return _splitmix64((_splitmix64(seed & MASK64) + position) & MASK64)
+
+
+def _to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host list -> device tensor without making the host wait for the GPU's queued work."""
+    t = torch.tensor(data, dtype=dtype)
+    if device.type == "cuda":
+        t = t.pin_memory()         # a copy from pageable memory would block the host
+    return t.to(device, non_blocking=True)
+
+
+def token_counts(id_lists: list[list[int]], V: int, device: torch.device) -> torch.Tensor:
+    """[B, V] float32: how many times each token id occurs in each row's list."""
+    L = max(1, max(len(ids) for ids in id_lists))
+    padded = [ids + [V] * (L - len(ids)) for ids in id_lists]   # pad id V: a spare column
+    ids = _to_device(padded, torch.int64, device)                # [B, L]
+    counts = torch.zeros(len(id_lists), V + 1, device=device)    # [B, V+1]
+    counts.scatter_add_(1, ids, torch.ones(ids.shape, device=device))
+    return counts[:, :V]                                         # [B, V]
+
+
+def apply_min_tokens(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+    """Step 0, in place: a row still short of min_tokens cannot sample EOS or a stop id."""
+    V = z.shape[1]
+    flat = [i * V + t for i, r in enumerate(rows) if len(r.output_ids) < r.params.min_tokens
+            for t in (*(() if r.params.ignore_eos else r.eos_token_ids), *r.params.stop_token_ids)]
+    if flat:   # flat index row * V + token: index_fill_ does not sync (z[rows, tokens] = x does)
+        z.view(-1).index_fill_(0, _to_device(flat, torch.int64, z.device), NEG_INF)
+    return z
+
+
+def apply_penalties(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+    """Step 1. z: [B, V] float32. Rows with default penalties come out bit-identical."""
+    if not any(r.params.has_penalties for r in rows):
+        return z
+    V = z.shape[1]
+    rep = _to_device([r.params.repetition_penalty for r in rows], torch.float32, z.device)[:, None]
+    freq = _to_device([r.params.frequency_penalty for r in rows], torch.float32, z.device)[:, None]
+    pres = _to_device([r.params.presence_penalty for r in rows], torch.float32, z.device)[:, None]
+    out = token_counts([r.output_ids if r.params.has_penalties else [] for r in rows], V, z.device)
+    in_prompt = token_counts([r.prompt_ids if r.params.repetition_penalty != 1.0 else []
+                              for r in rows], V, z.device) > 0  # [B, V] bool
+    # Repetition: any token seen in prompt or output; r > 1 pushes z toward 0 whatever its sign.
+    seen = in_prompt | (out > 0)
+    z = torch.where(seen, torch.where(z > 0, z / rep, z * rep), z)
+    # Frequency and presence: output tokens only.
+    return z - freq * out - pres * (out > 0).float()
+
+
+def apply_temperature(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+    """Step 3. Greedy rows are divided by 1 (their argmax was already taken)."""
+    t = [1.0 if r.params.greedy else r.params.temperature for r in rows]
+    return z / _to_device(t, torch.float32, z.device)[:, None]      # [B, V]
+
+
+def apply_min_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+    """Step 4. Keep exactly the tokens with p >= min_p * p_max, p = softmax(z) after temperature."""
+    if all(r.params.min_p == 0.0 for r in rows):
+        return z
+    min_p = _to_device([r.params.min_p for r in rows], torch.float32, z.device)
+    probs = z.softmax(-1)                                            # [B, V]
+    threshold = min_p[:, None] * probs.amax(-1, keepdim=True)        # [B, 1]
+    return z.masked_fill(probs < threshold, NEG_INF)
+
+
+def apply_top_k_top_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+    """Step 5. top-k by rank, then top-p on the renormalised top-k (vLLM's order)."""
+    B, V = z.shape
+    ks = [r.params.top_k if 0 < r.params.top_k < V else V for r in rows]
+    ps = [r.params.top_p for r in rows]
+    if all(k == V for k in ks) and all(p == 1.0 for p in ps):
+        return z
+    k = _to_device(ks, torch.int64, z.device)[:, None]               # [B, 1]
+    p = _to_device(ps, torch.float32, z.device)[:, None]             # [B, 1]
+    sorted_z, order = z.sort(dim=-1, descending=True, stable=True)   # [B, V] each; O(BV log V)
+    rank = torch.arange(V, device=z.device)[None, :]                 # [1, V]
+    keep = rank < k                                                  # top-k: exactly k ranks
+    probs = sorted_z.masked_fill(~keep, NEG_INF).softmax(-1)         # [B, V] renormalised
+    mass_before = probs.cumsum(-1) - probs                           # exclusive prefix sum
+    # p == 1 is "off": float cumsum can pass 1.0 early and would cut real tail tokens.
+    keep &= (mass_before < p) | (p >= 1.0)                           # rank 0 has mass 0: kept
+    keep = torch.empty_like(keep).scatter_(1, order, keep)           # back to token order
+    return z.masked_fill(~keep, NEG_INF)
+
+
+def _check(logits: torch.Tensor, rows: list[RowState]) -> tuple[int, int]:
+    if logits.dim() != 2 or not logits.dtype.is_floating_point:
+        raise UserError(f"logits must be a 2-D float tensor [B, V], got {logits.dtype} "
+                        f"{tuple(logits.shape)}")
+    B, V = logits.shape
+    if len(rows) != B:
+        raise UserError(f"need one RowState per logits row: rows has {len(rows)}, logits has {B}")
+    for i, r in enumerate(rows):
+        bad = [t for t in (*r.eos_token_ids, *r.params.stop_token_ids) if not 0 <= t < V]
+        if bad:
+            raise UserError(f"row {i}: eos/stop token ids must be in [0, V={V}), got {bad}")
+    return B, V
+
+
+class Sampler:
+    """``Sampler(seed)(logits [B, V], rows) -> SamplerOutput``. One RowState per row."""
+
+    def __init__(self, seed: int | None = None):
+        self.seed = seed                         # for the shared generator of unseeded rows
+        self._shared: dict[str, torch.Generator] = {}
+
+    def shared_generator(self, device: torch.device) -> torch.Generator:
+        if str(device) not in self._shared:
+            g = torch.Generator(device=device)
+            if self.seed is not None:
+                g.manual_seed(self.seed)
+            else:
+                g.seed()                         # non-deterministic
+            self._shared[str(device)] = g
+        return self._shared[str(device)]
+
+    def __call__(self, logits: torch.Tensor, rows: list[RowState]) -> SamplerOutput:
+        B, V = _check(logits, rows)
+        z = logits.to(torch.float32, copy=True)          # [B, V]; read + write BV
+        want_lp = any(r.params.logprobs is not None for r in rows)
+        raw = z.log_softmax(-1) if want_lp else None     # [B, V] raw logprobs
+        z = apply_penalties(apply_min_tokens(z, rows), rows)
+        ids = z.argmax(-1)                               # [B] greedy answer, every row
+        greedy = [r.params.greedy for r in rows]
+        if not all(greedy):
+            z = apply_top_k_top_p(apply_min_p(apply_temperature(z, rows), rows), rows)
+            sampled = self._race(z.softmax(-1), rows)    # [B]
+            ids = sampled if not any(greedy) else torch.where(
+                _to_device(greedy, torch.bool, z.device), ids, sampled)
+        # The one host sync of the step: .tolist() waits for the GPU to finish everything queued
+        # (the forward pass and this sampler). It cannot go: EOS, stop ids and stop strings are
+        # checked in Python on host ints, and the scheduler must know who finished before it
+        # builds the next batch. (vLLM's async scheduling hides it behind the next step.)
+        ids_list = ids.tolist()
+        logprobs = _logprobs(raw, ids, ids_list, rows) if want_lp else None
+        return SamplerOutput(ids, ids_list, logprobs)
+
+    def _race(self, probs: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
+        """argmax(probs / q), q ~ Exp(1) i.i.d.: picks token i with probability probs[i]."""
+        q = torch.empty_like(probs)                                 # [B, V]
+        q.exponential_(generator=self.shared_generator(probs.device))
+        for i, r in enumerate(rows):                                # seeded rows: own stream
+            if r.params.seed is not None and not r.params.greedy:
+                g = torch.Generator(device=probs.device)
+                g.manual_seed(noise_seed(r.params.seed, r.position))
+                q[i].exponential_(generator=g)                      # [V]
+        q.clamp_(min=torch.finfo(torch.float32).tiny)  # exponential_ can return 0.0 -> 0/0 = NaN
+        return (probs / q).argmax(-1)                               # [B]
+
+
+def _logprobs(raw: torch.Tensor, ids: torch.Tensor, ids_list: list[int],
+              rows: list[RowState]) -> list:
+    n = min(max(r.params.logprobs or 0 for r in rows), raw.shape[1])
+    top_lp, top_ids = raw.topk(n, dim=-1)                 # [B, n] each
+    chosen = raw.gather(1, ids[:, None])[:, 0]            # [B]
+    # Called after ids.tolist(): the GPU is idle, these copies wait for nothing.
+    top_lp, top_ids, chosen = top_lp.tolist(), top_ids.tolist(), chosen.tolist()
+    out: list[TokenLogprobs | None] = []
+    for i, r in enumerate(rows):
+        if r.params.logprobs is None:
+            out.append(None)
+            continue
+        m = r.params.logprobs
+        out.append(TokenLogprobs(ids_list[i], chosen[i], list(zip(top_ids[i][:m], top_lp[i][:m]))))
+    return out
