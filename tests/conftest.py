@@ -31,15 +31,18 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny():
-    """family -> loaded (model, path) in float32 on CPU, loaded once per session."""
+    """family -> loaded (model, path) in float32 on the default device (cuda if present, else
+    cpu), loaded once per session. On a GPU the Triton kernels compile for real; on a CPU they
+    run through the interpreter."""
     import torch
     from l1_dense.checkpoint import load_model
+    from l1_dense.runtime import default_device
     from l1_dense.tiny import tiny_checkpoint
     cache = {}
 
     def get(family="qwen3"):
         if family not in cache:
             path = tiny_checkpoint(family)
-            cache[family] = (load_model(path, "cpu", torch.float32), path)
+            cache[family] = (load_model(path, default_device(), torch.float32), path)
         return cache[family]
     return get

@@ -13,6 +13,7 @@ from check_chain import hf_generate, run_stages
 from l1_dense.checkpoint import load_model
 from l1_dense.config import ModelConfig
 from l1_dense.errors import UserError
+from l1_dense.runtime import default_device
 from l1_dense.tiny import tiny_checkpoint, write_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +64,7 @@ def test_tiny_qwen3_greedy_output_is_diverse(tiny):
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
 def test_l1_dense_tokens_match_hf_generate_exactly(tiny, family):
     model, path = tiny(family)
-    ref = hf_generate(path, PROMPT, 20, "cpu", torch.float32)
+    ref = hf_generate(path, PROMPT, 20, default_device(), torch.float32)
     gen = run_stages(model, PROMPT, 20, only=["l1_dense"])["l1_dense"]
     assert gen.token_ids == ref.token_ids
     worst = max(float((a - b).abs().max()) for a, b in zip(ref.logits, gen.logits))
@@ -103,7 +104,7 @@ def test_sharded_checkpoint_gives_identical_logits(tiny, tmp_path):
         save_file({k: tensors[k] for k in keys}, str(tmp_path / shard), metadata={"format": "pt"})
     (tmp_path / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {k: s for s, ks in shards.items() for k in ks}}))
-    sharded = load_model(tmp_path, "cpu", torch.float32)
+    sharded = load_model(tmp_path, default_device(), torch.float32)
     for name, p in model.state_dict().items():
         assert torch.equal(p, sharded.state_dict()[name]), name
 

@@ -100,7 +100,8 @@ def test_l2_gather_tokens_match_l1_dense_with_scattered_blocks(tiny, block_size)
 
     alloc = BlockAllocator(num_blocks=200 // block_size + 8, block_size=block_size)
     random.Random(0).shuffle(alloc._free)               # hand blocks out in a scrambled order
-    pool = KVPool(model.cfg, alloc.num_blocks, block_size, "cpu", next(model.parameters()).dtype)
+    p = next(model.parameters())
+    pool = KVPool(model.cfg, alloc.num_blocks, block_size, p.device, p.dtype)
     engines = [GatherEngine(model, 0, block_size, allocator=alloc, pool=pool, req_id=i) for i in range(3)]
     got = [[] for _ in PROMPTS]
     logits = [e.prefill(p) for e, p in zip(engines, PROMPTS)]

@@ -49,9 +49,10 @@ def test_build_meta_mixed_decode_and_chunk_pads_the_block_table():
 
 def test_set_kv_view_writes_row_block_offset(tiny):
     model, _ = tiny("qwen3")
-    cache = PagedKVCache(model.cfg, num_blocks=6, block_size=4, device="cpu", dtype=torch.float32)
-    k = torch.randn(2, model.cfg.num_kv_heads, model.cfg.head_dim)
-    cache.set_kv(0, torch.tensor([9, 22]), k, -k)
+    dev = next(model.parameters()).device
+    cache = PagedKVCache(model.cfg, num_blocks=6, block_size=4, device=dev, dtype=torch.float32)
+    k = torch.randn(2, model.cfg.num_kv_heads, model.cfg.head_dim, device=dev)
+    cache.set_kv(0, torch.tensor([9, 22], device=dev), k, -k)
     assert torch.equal(cache.K[0][2, 1], k[0]) and torch.equal(cache.K[0][5, 2], k[1])   # 9 = 2*4+1, 22 = 5*4+2
     assert torch.equal(cache.V[0][5, 2], -k[1])
     assert int((cache.K[0] != 0).any(-1).any(-1).sum()) == 2   # nothing else was touched
@@ -62,17 +63,18 @@ def test_one_mixed_batch_equals_three_single_sequence_runs(tiny, impl):
     """Decode for A, a fresh prefill for B and a prefill chunk on cached context for C, in ONE
     forward: each sequence's logits equal what it gets when run alone (fp32, atol 1e-4)."""
     model, _ = tiny("qwen3")
+    dev = next(model.parameters()).device
     bs = 4
     alloc = BlockAllocator(64, bs)
     random.Random(3).shuffle(alloc._free)
-    cache = PagedKVCache(model.cfg, 64, bs, "cpu", torch.float32, impl=impl, check=True)
+    cache = PagedKVCache(model.cfg, 64, bs, dev, torch.float32, impl=impl, check=True)
     A, B, C = (Request(n) for n in "ABC")
     a_prompt, b_prompt, c_prompt = PROMPTS[0], PROMPTS[1], PROMPTS[0] + PROMPTS[2]
 
     def forward(batch, ids):
         for req, q in batch:
             alloc.reserve(req, req.cur_len + q)
-        logits = model(torch.tensor(ids), cache, build_meta(batch, bs, "cpu"))
+        logits = model(torch.tensor(ids, device=dev), cache, build_meta(batch, bs, dev))
         for req, q in batch:
             req.cur_len += q
         return logits
@@ -107,7 +109,8 @@ def test_l3_paged_tokens_match_l2_gather_with_scattered_blocks(tiny, impl, block
         want.append(out)
     alloc = BlockAllocator(num_blocks=120 // block_size + 6, block_size=block_size)
     random.Random(1).shuffle(alloc._free)
-    pool = PagedKVCache(model.cfg, alloc.num_blocks, block_size, "cpu", torch.float32, impl=impl, check=True)
+    pool = PagedKVCache(model.cfg, alloc.num_blocks, block_size, next(model.parameters()).device,
+                        torch.float32, impl=impl, check=True)
     engines = [PagedEngine(model, 0, block_size, impl=impl, allocator=alloc, pool=pool, req_id=i) for i in range(3)]
     logits = [e.prefill(p) for e, p in zip(engines, PROMPTS)]
     got = [[] for _ in PROMPTS]
