@@ -10,7 +10,7 @@ import torch
 import l3_paged  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
 from l1_dense.errors import UserError
 from l3_paged.attention_ref import paged_attention_ref
-from l3_paged.attention_triton import make_paged_batch, paged_attention_triton
+from l3_paged.attention_triton import KernelConfig, make_paged_batch, paged_attention_triton
 from l3_paged.validate import validate_paged_inputs
 
 CUDA = torch.cuda.is_available()
@@ -27,8 +27,8 @@ TOL = {
 # (q_len, kv_len) per sequence. kv_len counts the new tokens; kv_len > q_len is a chunk on cache.
 GPU_BATCHES = {
     "decode": [(1, 1328), (1, 17), (1, 512), (1, 1)],
-    "prefill": [(18, 18), (129, 129), (300, 300)],
-    "mixed": [(1, 1328), (5, 18), (129, 463)],
+    "prefill": [(18, 18), (257, 257), (300, 300)],     # tokens fill the grid: "prefill" tiles
+    "mixed": [(1, 1328), (5, 18), (129, 463)],          # mostly empty grid: "mixed" tiles
 }
 CPU_BATCHES = {  # the interpreter runs each program in NumPy: keep key counts small
     "decode": [(1, 200), (1, 17), (1, 1)],
@@ -85,6 +85,27 @@ def test_l3_kernel_causal_edge_correct_at_every_offset_in_a_key_tile():
     _run_and_compare((8, 2), 16, 16, batch, F16)
 
 
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=lambda t: str(t)[6:])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("heads", HEADS, ids=lambda h: f"H{h[0]}-{h[1]}")
+def test_l3_kernel_matches_reference_long_prefill(heads, head_dim, dtype):
+    """max_seqlen_q >= 2048 switches to 256-row tiles: check that path, with a chunk on context."""
+    _run_and_compare(heads, head_dim, 16, [(2100, 2100), (2050, 2500)], dtype)
+
+
+@pytest.mark.parametrize("cfg", [KernelConfig(4, 128, 4, 2), KernelConfig(16, 64, 4, 2), KernelConfig(32, 128, 8, 3),
+                                 KernelConfig(64, 64, 8, 3), KernelConfig(2, 16, 4, 2)], ids=str)
+def test_l3_kernel_output_does_not_depend_on_tile_config(cfg):
+    """Every config pick_config can return (decode, mixed, prefill, long prefill, float32) is
+    valid for any batch; the CPU runs each on one mixed batch (GPU picks them by shape)."""
+    q_lens, kv_lens = zip(*CPU_BATCHES["mixed"])
+    args = make_paged_batch(q_lens, kv_lens, 8, 2, 64, 16, F16, DEVICE)
+    out = paged_attention_triton(*args, max_seqlen_q=max(q_lens), config=cfg)
+    torch.testing.assert_close(out, paged_attention_ref(*args), atol=TOL[F16], rtol=TOL[F16])
+
+
 def test_l3_kernel_ignores_nan_in_unused_blocks_and_table_padding():
     """Slots past kv_len, spare blocks and padding table entries hold NaN / junk; none may leak."""
     batch = CPU_BATCHES["mixed"]
@@ -133,7 +154,8 @@ def test_l3_reference_causal_mask_is_bottom_right_aligned():
     ref = paged_attention_ref(q, k, v, cu, kv, table)
 
     def dense(s, n):                       # [1, H, n, D] gathered keys/values of sequence s
-        idx = table[s, torch.arange(n) // 4].long() * 4 + torch.arange(n) % 4
+        j = torch.arange(n, device=DEVICE)
+        idx = table[s, j // 4].long() * 4 + j % 4
         return (c.view(-1, 4, 16)[idx].transpose(0, 1)[None] for c in (k, v))
     k0, v0 = dense(0, 7)
     sdpa_prefill = F.scaled_dot_product_attention(q[:7].transpose(0, 1)[None], k0, v0, is_causal=True)
