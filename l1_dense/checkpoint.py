@@ -20,10 +20,13 @@ _HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.model"]
 
 
 def resolve_model_dir(model: str | None) -> Path:
-    """A local directory, a hub id (downloaded once into the HF cache), or None for the tiny model."""
+    """A local directory, a hub id (downloaded once into the HF cache), or a built-in tiny model:
+    None or ``tiny-qwen3`` (the default), ``tiny-llama``, ``tiny-qwen2``."""
+    from .tiny import SPECS, tiny_checkpoint
     if model is None:
-        from .tiny import tiny_checkpoint
         return tiny_checkpoint("qwen3")
+    if model.startswith("tiny-") and model[5:] in SPECS:
+        return tiny_checkpoint(model[5:])
     path = Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():

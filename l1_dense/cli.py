@@ -28,7 +28,7 @@ NO_TEXT = "(text unavailable: this checkpoint has no tokenizer)"
 
 def base_parser(stage: str, doc: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"{stage}_smoke", description=doc)
-    p.add_argument("--model", default=None, help="checkpoint directory or hub id (default: built-in tiny Qwen3)")
+    p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: tiny-qwen3 (default), tiny-llama, tiny-qwen2")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     g.add_argument("--prompt-ids", default=None, help="comma-separated token ids, e.g. 1,2,3")

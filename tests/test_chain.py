@@ -7,8 +7,7 @@ from check_chain import main as check_chain
 
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
 def test_every_stage_matches_hf_generate_for_20_tokens(family, capsys):
-    from l1_dense.tiny import tiny_checkpoint
-    rc = check_chain(["--model", str(tiny_checkpoint(family)), "--dtype", "float32"])
+    rc = check_chain(["--model", f"tiny-{family}", "--dtype", "float32"])
     out = capsys.readouterr().out
     print(out)
     assert rc == 0, out
