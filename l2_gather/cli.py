@@ -1,5 +1,8 @@
-"""Smoke-script pieces shared by the paged stages (2 and later): pool flags and the memory report."""
+"""Smoke-script pieces shared by the paged stages (2 and later): pool flags, the run, the memory report."""
 from l1_dense.errors import UserError
+from l1_dense.generate import check_prompt
+
+from .allocator import OutOfBlocks
 
 
 def add_paging_args(p):
@@ -27,3 +30,21 @@ def memory_lines(engine, n_tokens: int, cfg) -> tuple[list[str], dict]:
              f"({len(engine.req.blocks) * alloc.block_size - n_tokens} slots of internal fragmentation)",
              f"stage 1    : {stage1 / mib:.2f} MiB reserved for this one request (max_seq_len rows, used or not)"]
     return lines, {"kv_pool_bytes": pool.nbytes, "kv_used_bytes": used, "kv_stage1_bytes": stage1}
+
+
+def paged_run(ld, args, make_engine, run):
+    """Size the pool from the flags, check the request, build the engine, run it, report memory.
+
+    ``make_engine(num_blocks, block_size)`` builds the stage's engine, ``run(engine)`` generates.
+    A pool that runs dry becomes a UserError that names the flag to raise.
+    """
+    cfg = ld.model.cfg
+    num_blocks, block_size = pool_shape(args, cfg)
+    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size)
+    engine = make_engine(num_blocks, block_size)
+    try:
+        gen = run(engine)
+    except OutOfBlocks as e:
+        raise UserError(f"the KV pool ran out of blocks ({e}): raise --num-blocks.") from None
+    lines, extra = memory_lines(engine, engine.req.cur_len, cfg)  # the last new token is never fed back
+    return engine, gen, lines, extra

@@ -31,11 +31,15 @@ class GatherMeta:
 
 class KVPool:
     def __init__(self, cfg, num_blocks: int, block_size: int, device, dtype):
-        shape = (num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim)   # [num_slots, H_kv, D]
+        shape = self.layer_shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
         self.K = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
         self.V = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
         self.block_size = block_size
         self.bytes_per_block = 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * self.K[0].element_size()
+
+    @staticmethod
+    def layer_shape(num_blocks, block_size, h_kv, d) -> tuple:
+        return (num_blocks * block_size, h_kv, d)                # [num_slots, H_kv, D]: token-flat
 
     @property
     def nbytes(self) -> int:

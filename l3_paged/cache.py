@@ -13,7 +13,7 @@ Without the ``.view`` the index ``K[layer][slot_mapping]`` would select whole *b
 """
 from __future__ import annotations
 
-import torch
+from l2_gather.pool import KVPool
 
 from .attention_ref import paged_attention_ref
 from .attention_triton import paged_attention_triton
@@ -23,22 +23,21 @@ from .validate import validate_paged_inputs
 IMPLS = ("torch", "triton")
 
 
-class PagedKVCache:
+class PagedKVCache(KVPool):
+    """Stage 2's pool with another layout: same allocation and byte count, block-tensor shape."""
+
     def __init__(self, cfg, num_blocks: int, block_size: int, device, dtype, impl: str = "triton",
                  check: bool = False):
         if impl not in IMPLS:
             raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)   # [N, B, H_kv, D]
-        self.K = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.V = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.block_size, self.impl, self.check = block_size, impl, check
-        self.bytes_per_block = 2 * cfg.num_layers * block_size * cfg.num_kv_heads * cfg.head_dim * self.K[0].element_size()
+        super().__init__(cfg, num_blocks, block_size, device, dtype)
+        self.impl, self.check = impl, check
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.K + self.V)
+    @staticmethod
+    def layer_shape(num_blocks, block_size, h_kv, d) -> tuple:
+        return (num_blocks, block_size, h_kv, d)                 # [N, B, H_kv, D]: block-tensor
 
-    def set_kv(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def set_kv(self, layer, slot_mapping, k, v) -> None:
         _, _, h_kv, d = self.K[layer].shape
         self.K[layer].view(-1, h_kv, d)[slot_mapping] = k   # k [T, H_kv, D] -> T flat slots
         self.V[layer].view(-1, h_kv, d)[slot_mapping] = v

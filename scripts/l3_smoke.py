@@ -7,10 +7,8 @@
 import _path  # noqa: F401
 
 from l1_dense.cli import base_parser, load, report, run_main
-from l1_dense.errors import UserError
-from l1_dense.generate import check_prompt, greedy_generate
-from l2_gather.allocator import OutOfBlocks
-from l2_gather.cli import add_paging_args, memory_lines, pool_shape
+from l1_dense.generate import greedy_generate
+from l2_gather.cli import add_paging_args, paged_run
 from l3_paged.engine import PagedEngine
 
 
@@ -22,15 +20,9 @@ def main(argv=None):
     p.add_argument("--check", action="store_true", help="validate metadata before each launch (syncs the host)")
     args = p.parse_args(argv)
     ld = load(args)
-    cfg = ld.model.cfg
-    num_blocks, block_size = pool_shape(args, cfg)
-    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size)
-    engine = PagedEngine(ld.model, num_blocks, block_size, impl=args.impl, check=args.check)
-    try:
-        gen = greedy_generate(engine, ld.prompt_ids, args.max_new_tokens, cfg.eos_token_ids)
-    except OutOfBlocks as e:
-        raise UserError(f"the KV pool ran out of blocks ({e}): raise --num-blocks.") from None
-    lines, extra = memory_lines(engine, engine.req.cur_len, cfg)
+    _, gen, lines, extra = paged_run(
+        ld, args, lambda nb, bs: PagedEngine(ld.model, nb, bs, impl=args.impl, check=args.check),
+        lambda e: greedy_generate(e, ld.prompt_ids, args.max_new_tokens, ld.model.cfg.eos_token_ids))
     report(f"l3_paged[{args.impl}]", ld, gen.token_ids, args.json,
            extra={"impl": args.impl, "finish_reason": gen.finish_reason, **extra},
            lines=[f"finish     : {gen.finish_reason}", *lines])

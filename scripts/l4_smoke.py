@@ -11,9 +11,7 @@ import _path  # noqa: F401
 
 from l1_dense.cli import base_parser, load, report, run_main
 from l1_dense.errors import UserError
-from l1_dense.generate import check_prompt
-from l2_gather.allocator import OutOfBlocks
-from l2_gather.cli import add_paging_args, memory_lines, pool_shape
+from l2_gather.cli import add_paging_args, paged_run
 from l3_paged.engine import PagedEngine
 from l4_sampler.generate import sample_generate
 from l4_sampler.params import SamplingParams
@@ -59,18 +57,16 @@ def main(argv=None):
     params = sampling_params(args)           # bad values fail here, before the model loads
     ld = load(args)
     cfg = ld.model.cfg
-    num_blocks, block_size = pool_shape(args, cfg)
-    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size)
     if params.stop and ld.tokenizer is None:
         raise UserError("--stop needs a tokenizer to decode text, and this checkpoint has none: use --stop-token-ids.")
-    engine = PagedEngine(ld.model, num_blocks, block_size, impl=args.impl)
     decode = ld.tokenizer.decode if ld.tokenizer is not None else None
-    try:
-        gen = sample_generate(engine, ld.prompt_ids, params, cfg.eos_token_ids,
-                              min(cfg.max_position_embeddings, num_blocks * block_size), decode, Sampler())
-    except OutOfBlocks as e:
-        raise UserError(f"the KV pool ran out of blocks ({e}): raise --num-blocks.") from None
-    lines, extra = memory_lines(engine, engine.req.cur_len, cfg)
+
+    def run(engine):
+        capacity = engine.alloc.num_blocks * engine.alloc.block_size
+        return sample_generate(engine, ld.prompt_ids, params, cfg.eos_token_ids,
+                               min(cfg.max_position_embeddings, capacity), decode, Sampler())
+    _, gen, lines, extra = paged_run(
+        ld, args, lambda nb, bs: PagedEngine(ld.model, nb, bs, impl=args.impl), run)
     extra.update(finish_reason=gen.finish_reason, stop_reason=gen.stop_reason, seed=params.seed,
                  temperature=params.temperature)
     if gen.logprobs:
