@@ -256,13 +256,13 @@ def plot(path, meta, dec, pre):
     print(f"wrote {path}")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/bench_attention")
     ap.add_argument("--quick", action="store_true", help="tiny shapes: smoke-test the script (CPU ok)")
     ap.add_argument("--tune", action="store_true", help="also time candidate kernel configs")
     ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles are slow)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not a.quick:
         sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
