@@ -71,7 +71,7 @@ class Loaded:
 
 def load(args) -> Loaded:
     device = args.device or default_device()
-    dtype_name = args.dtype or {torch.float32: "float32", torch.bfloat16: "bfloat16"}[default_dtype(device)]
+    dtype_name = args.dtype or next(n for n, d in DTYPES.items() if d == default_dtype(device))
     dtype = check_device_dtype(device, dtype_name)
     path = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(path)

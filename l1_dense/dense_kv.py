@@ -19,6 +19,14 @@ import torch.nn.functional as F
 from .errors import UserError
 from .generate import Engine
 
+#: Default cache length when the user names none: the model's context, capped so that a real
+#: model's dense cache stays a few hundred MiB (Qwen3-8B at 4096 tokens: 576 MiB).
+MAX_SEQ_LEN_CAP = 4096
+
+
+def default_max_seq_len(cfg) -> int:
+    return min(cfg.max_position_embeddings, MAX_SEQ_LEN_CAP)
+
 
 def attend_contiguous(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One sequence's attention over a contiguous history. Shared by stages 1 and 2.

@@ -1,4 +1,5 @@
 """Smoke-script pieces shared by the paged stages (2 and later): pool flags, the run, the memory report."""
+from l1_dense.dense_kv import default_max_seq_len
 from l1_dense.errors import UserError
 from l1_dense.generate import check_prompt
 
@@ -14,7 +15,7 @@ def add_paging_args(p):
 def pool_shape(args, cfg):
     if args.block_size < 1:
         raise UserError(f"--block-size must be a positive integer, got {args.block_size}.")
-    num_blocks = args.num_blocks or -(-min(cfg.max_position_embeddings, 4096) // args.block_size)
+    num_blocks = args.num_blocks or -(-default_max_seq_len(cfg) // args.block_size)  # stage 1's capacity
     if num_blocks < 1:
         raise UserError(f"--num-blocks must be a positive integer, got {num_blocks}.")
     return num_blocks, args.block_size
@@ -23,7 +24,7 @@ def pool_shape(args, cfg):
 def memory_lines(engine, n_tokens: int, cfg) -> tuple[list[str], dict]:
     alloc, pool = engine.alloc, engine.pool
     mib = 2**20
-    stage1 = min(cfg.max_position_embeddings, 4096) * pool.bytes_per_block // alloc.block_size
+    stage1 = default_max_seq_len(cfg) * pool.bytes_per_block // alloc.block_size  # what l1_smoke reserves
     used = engine.used_bytes()
     lines = [f"kv pool    : {pool.nbytes / mib:.2f} MiB = {alloc.num_blocks} blocks x {alloc.block_size} tokens, shared by all requests",
              f"kv used    : {used / mib:.3f} MiB = {len(engine.req.blocks)} blocks for {n_tokens} tokens "

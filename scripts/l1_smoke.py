@@ -6,7 +6,7 @@
 import _path  # noqa: F401  (repo root on sys.path when run as a file)
 
 from l1_dense.cli import base_parser, load, report, run_main
-from l1_dense.dense_kv import DenseEngine
+from l1_dense.dense_kv import DenseEngine, default_max_seq_len
 from l1_dense.generate import check_prompt, greedy_generate
 
 
@@ -17,7 +17,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     ld = load(args)
     cfg = ld.model.cfg
-    max_seq_len = args.max_seq_len or min(cfg.max_position_embeddings, 4096)
+    max_seq_len = args.max_seq_len or default_max_seq_len(cfg)
     check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, max_seq_len)
     engine = DenseEngine(ld.model, max_seq_len)
     gen = greedy_generate(engine, ld.prompt_ids, args.max_new_tokens, cfg.eos_token_ids)
