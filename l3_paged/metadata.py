@@ -30,16 +30,17 @@ class PagedMeta:
     block_table: torch.Tensor     # [S, max_blocks] int32
     block_size: int
     max_seqlen_q: int             # host int: sizes the kernel grid without a device sync
-    logits_indices: torch.Tensor  # [S] int64   last new token of each sequence
+    logits_indices: torch.Tensor  # [S'] int64  last new token of each sequence that samples (S' <= S)
 
     @property
     def is_prefill(self) -> bool:
         return self.max_seqlen_q > 1
 
 
-def build_meta(batch, block_size: int, device) -> PagedMeta:
+def build_meta(batch, block_size: int, device, sample: list[bool] | None = None) -> PagedMeta:
     """``batch``: list of (Request, q_len). Each request already holds blocks for ``cur_len + q_len``
-    tokens (``allocator.reserve``), and ``cur_len`` tokens of it are cached.
+    tokens (``allocator.reserve``), and ``cur_len`` tokens of it are cached. ``sample`` says which
+    sequences need next-token logits (default: all; stage 5 leaves out mid-prefill chunks).
 
     Everything is assembled in Python lists (the scheduler's host-side view of the requests) and
     copied to the device once per tensor.
@@ -64,5 +65,5 @@ def build_meta(batch, block_size: int, device) -> PagedMeta:
         block_table=torch.tensor(table, **i32),
         block_size=block_size,
         max_seqlen_q=max(q for _, q in batch),
-        logits_indices=torch.tensor(cu[1:], **i64) - 1,
+        logits_indices=torch.tensor([c - 1 for s, c in enumerate(cu[1:]) if sample is None or sample[s]], **i64),
     )

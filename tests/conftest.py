@@ -46,3 +46,16 @@ def tiny():
             cache[family] = (load_model(path, default_device(), torch.float32), path)
         return cache[family]
     return get
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The stage 5 fuzz's figures: workloads run and invariants checked (when it ran)."""
+    fake = sys.modules.get("l5_fake")
+    if fake is None or not fake.EXAMPLES["workloads"]:
+        return
+    tr = terminalreporter
+    tr.write_sep("-", "l5 scheduler fuzz")
+    tr.write_line(f"{fake.EXAMPLES['workloads']} workloads, {fake.EXAMPLES['steps']} scheduler steps, "
+                  f"{sum(fake.CHECKS.values())} invariant checks:")
+    for name, n in sorted(fake.CHECKS.items()):
+        tr.write_line(f"  {n:>9}  {name}")

@@ -1,0 +1,165 @@
+"""The engine loop: add requests, then ``step()`` until none is left.
+
+One step:
+
+    out    = scheduler.schedule()          which requests run, how many tokens each (host ints)
+    logits = runner.execute(out)           ONE build_meta, ONE forward pass, logits [S', V] for
+                                           the rows that sample (decodes, last prefill chunks)
+    scheduler.advance(out)                 the new tokens' K/V are cached
+    tokens = sampler(logits, rows)         ONE stage 4 sampler call, per-row SamplingParams
+    per sampled request: append the token, stop checks; a finished request frees its blocks now
+
+``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
+bad one fails alone with a UserError and the requests in flight never notice.
+"""
+from __future__ import annotations
+
+from l1_dense.errors import UserError
+from l4_sampler.params import SamplingParams
+from l4_sampler.sampler import RowState, Sampler
+from l4_sampler.stops import StopChecker
+
+from .config import EngineConfig
+from .outputs import CompletionOutput, RequestOutput, StepOutput, StepStats
+from .request import Request, RequestStatus
+from .runner import ModelRunner
+from .scheduler import Scheduler
+
+
+class LLMEngine:
+    def __init__(self, model, tokenizer, config: EngineConfig, *, seed: int | None = None,
+                 impl: str = "triton", check: bool = False, keep_logits: bool = False):
+        self.model, self.tokenizer, self.config = model, tokenizer, config
+        self.scheduler = Scheduler(config.num_blocks, config.block_size, config.max_num_batched_tokens,
+                                   config.max_num_seqs)
+        self.runner = ModelRunner(model, config.num_blocks, config.block_size, impl=impl, check=check)
+        self.sampler = Sampler(seed)
+        self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)
+        self.requests: dict[str, Request] = {}
+        self.stats: list[StepStats] = []
+        self._counter = 0
+
+    # ---- requests in ------------------------------------------------------------------------
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def prompt_ids(self, prompt) -> list[int]:
+        """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise UserError("this checkpoint has no tokenizer, so a text prompt cannot be encoded: "
+                                'pass {"prompt_token_ids": [...]}.')
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        elif isinstance(prompt, dict) and set(prompt) == {"prompt_token_ids"}:
+            ids = prompt["prompt_token_ids"]
+        else:
+            raise UserError(f'a prompt must be a string or {{"prompt_token_ids": [...]}}, got {str(prompt)[:60]!r}.')
+        if not isinstance(ids, (list, tuple)) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+            raise UserError(f"prompt_token_ids must be a list of ints, got {str(ids)[:60]!r}.")
+        if len(ids) == 0:
+            raise UserError("the prompt is empty: give at least one token.")
+        V = self.model.cfg.vocab_size
+        bad = [t for t in ids if not 0 <= t < V]
+        if bad:
+            raise UserError(f"token ids {bad[:5]} are outside the vocabulary [0, {V}): use ids from this model's tokenizer.")
+        return list(ids)
+
+    def make_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> Request:
+        """Build and check a request without adding it (``generate`` checks them all first)."""
+        params = SamplingParams() if params is None else params
+        if not isinstance(params, SamplingParams):
+            raise UserError(f"sampling params must be a SamplingParams, got {type(params).__name__}: "
+                            "build one with SamplingParams(temperature=..., max_tokens=...).")
+        ids = self.prompt_ids(prompt)
+        V, cfg = self.model.cfg.vocab_size, self.config
+        bad = [t for t in params.stop_token_ids if t >= V]
+        if bad:
+            raise UserError(f"stop_token_ids {bad} are outside the vocabulary [0, {V}).")
+        if params.stop and self.tokenizer is None:
+            raise UserError("stop strings need a tokenizer to decode text, and this checkpoint has none: use stop_token_ids.")
+        need = len(ids) + params.max_tokens
+        for limit, what, fix in ((cfg.max_model_len, "max_model_len", "raise max_model_len (up to the model's context)"),
+                                 (cfg.capacity, f"the KV pool ({cfg.num_blocks} blocks x {cfg.block_size} tokens)",
+                                  "raise num_gpu_blocks_override")):
+            if need > limit:
+                raise UserError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) = {need} exceeds {what} "
+                                f"= {limit} tokens; this request could never run: shorten the prompt, lower max_tokens, "
+                                f"or {fix}.")
+        rid = request_id if request_id is not None else f"r{self._counter}"
+        if rid in self.requests:
+            raise UserError(f"request id {rid!r} is already in use: pick another.")
+        req = Request(rid, ids, params, arrival=self._counter)
+        self._counter += 1                                   # arrival order = order of creation
+        eos = self.model.cfg.eos_token_ids
+        req.row = RowState(params, req.prompt_ids, req.output_ids, tuple(eos))   # shares output_ids
+        req.stops = StopChecker(params, len(ids), cfg.max_model_len, eos, self._decode if params.stop else None)
+        return req
+
+    def add(self, req: Request) -> str:
+        self.scheduler.add(req)
+        self.requests[req.request_id] = req
+        return req.request_id
+
+    def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
+        return self.add(self.make_request(prompt, params, request_id))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self) -> list[StepOutput]:
+        out = self.scheduler.schedule()
+        if not out.scheduled:
+            raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
+        logits, meta = self.runner.execute(out)              # [S', V] float32
+        self.scheduler.advance(out)
+        stats = self._stats(out)
+        sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
+        results = []
+        if sampling:
+            so = self.sampler(logits, [req.row for req in sampling])
+            for i, req in enumerate(sampling):
+                tok = so.token_ids_list[i]
+                req.output_ids.append(tok)                   # the RowState sees it too (same list)
+                if so.logprobs:
+                    req.logprobs.append(so.logprobs[i])
+                if self.keep_logits:
+                    req.logits.append(logits[i].cpu())
+                fin = req.stops.update(req.output_ids)
+                if fin is not None:
+                    self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
+                    stats.finished.append(req.request_id)
+                results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
+        stats.sampled = len(sampling)
+        stats.blocks_used = self.scheduler.alloc.num_blocks - self.scheduler.alloc.num_free
+        self.stats.append(stats)
+        return results
+
+    def _stats(self, out) -> StepStats:
+        s = StepStats(step=len(self.stats), prefill_tokens=0, decode_tokens=0,
+                      preempted=[r.request_id for r in out.preempted], admitted=[r.request_id for r in out.admitted],
+                      running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
+                      blocks_total=self.scheduler.alloc.num_blocks)
+        for (req, n), pre in zip(out.scheduled, out.prefill):
+            s.kv_tokens += req.num_computed_tokens           # after advance: seq_lens_kv of this step
+            if pre:
+                s.prefill_tokens += n
+                s.chunks.append((req.request_id, req.num_computed_tokens - n, n, req.prefill_len))
+            else:
+                s.decode_tokens += n
+        return s
+
+    # ---- results out ------------------------------------------------------------------------
+    def output(self, request_id: str) -> RequestOutput:
+        req = self.requests[request_id]
+        done = req.status == RequestStatus.FINISHED
+        if self.tokenizer is None:
+            text = None
+        elif req.params.stop:
+            text = req.stops.text                            # decoded every step, cut at the stop string
+        else:
+            text = self._decode(req.output_ids)
+        lp = req.logprobs if req.params.logprobs is not None else None
+        comp = CompletionOutput(0, text, list(req.output_ids), req.finish_reason, req.stop_reason, lp)
+        prompt = self._decode(req.prompt_ids) if self.tokenizer is not None else None
+        return RequestOutput(request_id, prompt, list(req.prompt_ids), [comp], done, req.num_preemptions)

@@ -1,0 +1,65 @@
+"""What the engine hands back, with vLLM's names: ``RequestOutput.outputs[0].token_ids`` etc."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str | None              # decoded output (special tokens skipped), cut at a stop string; None without a tokenizer
+    token_ids: list[int]
+    finish_reason: str | None     # "stop" | "length"; None while running
+    stop_reason: int | str | None = None   # the stop token id or stop string; None for EOS and length
+    logprobs: list | None = None  # per token, l4_sampler.TokenLogprobs; None when not asked for
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_preemptions: int = 0      # how often it was preempted and recomputed (not in vLLM's type)
+
+
+@dataclass
+class StepOutput:
+    """One request's progress in one ``step()``: the tokens it gained (streaming reads these)."""
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None = None
+
+
+@dataclass
+class StepStats:
+    """What one step did, for ``--trace`` and the benchmark's roofline."""
+    step: int
+    prefill_tokens: int
+    decode_tokens: int
+    chunks: list[tuple[str, int, int, int]] = field(default_factory=list)  # (id, start, n, prefill_len) per prefill
+    preempted: list[str] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    running: int = 0
+    waiting: int = 0
+    blocks_used: int = 0
+    blocks_total: int = 0
+    kv_tokens: int = 0            # sum of seq_lens_kv: keys attention reads this step
+    sampled: int = 0
+
+    def line(self) -> str:
+        chunks = " ".join(f"{r}[{s}:{s + n}/{p}]" for r, s, n, p in self.chunks) or "-"
+        parts = [f"step {self.step:3d}", f"prefill {self.prefill_tokens:3d} tok", f"decode {self.decode_tokens:2d}",
+                 f"chunks {chunks}"]
+        if self.admitted:
+            parts.append("admit " + ",".join(self.admitted))
+        if self.preempted:
+            parts.append("PREEMPT " + ",".join(self.preempted))
+        if self.finished:
+            parts.append("done " + ",".join(self.finished))
+        parts += [f"running {self.running}", f"waiting {self.waiting}",
+                  f"blocks {self.blocks_used}/{self.blocks_total}"]
+        return " | ".join(parts)

@@ -1,0 +1,79 @@
+"""A request in flight: everything stage 5 tracks between ``add_request`` and the last token.
+
+    add_request ──► WAITING ──admit──► RUNNING ──stop check fires──► FINISHED (blocks freed)
+                       ▲                  │
+                       └──── preempted ───┘   (blocks freed, num_computed_tokens = 0,
+                            (front of queue)   prompt + outputs recomputed on readmission)
+
+The tokens of a request are ``prompt_ids + output_ids``. Of these, ``num_computed_tokens`` have
+their K/V in the cache. Every step the scheduler gives a running request its next
+``num_tokens - num_computed_tokens`` tokens, or a chunk of them:
+
+    fresh prompt of 300, budget 128:   chunk 128, chunk 128, chunk 44 -> sample    (chunked prefill)
+    decode:                            1 token (the last sampled one)  -> sample
+    readmitted after preemption with 300 prompt + 7 output tokens:
+                                       307 tokens recomputed in chunks  -> sample the 8th output
+
+A step samples for a request exactly when it computes the request's last known token, so a
+mid-prefill chunk samples nothing and a recompute never re-samples a token it already has.
+
+The KV side is stage 2's allocator ``Request`` (``kv``): its block list, the slot of every
+position, and ``cur_len`` = ``num_computed_tokens``. Preemption throws that handle away and
+starts a fresh one, so a preempted request can never touch the blocks it gave back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from l2_gather.allocator import Request as KVBlocks
+
+
+class RequestStatus(str, Enum):
+    WAITING = "waiting"       # in the queue: new, or preempted and waiting to be recomputed
+    RUNNING = "running"       # admitted: holds blocks, gets tokens every step (budget allowing)
+    FINISHED = "finished"     # a stop condition fired; its blocks are back in the pool
+
+
+@dataclass(eq=False)          # identity equality: two requests are never "the same"
+class Request:
+    request_id: str
+    prompt_ids: list[int]
+    params: object                      # l4_sampler.SamplingParams (max_tokens, seed, stops, ...)
+    arrival: int                        # arrival order: first come, first served
+    output_ids: list[int] = field(default_factory=list)
+    status: RequestStatus = RequestStatus.WAITING
+    kv: KVBlocks = None                 # stage 2's view: blocks, slot_indices, cur_len
+    prefill_len: int = 0                # tokens to (re)compute, fixed at each admission
+    num_preemptions: int = 0
+    finish_reason: str | None = None    # "stop" | "length" (vLLM's names)
+    stop_reason: int | str | None = None
+    row: object = None                  # l4_sampler.RowState: what the sampler sees
+    stops: object = None                # l4_sampler.StopChecker: has it finished, and why
+    logprobs: list = field(default_factory=list)
+    logits: list = field(default_factory=list)   # [V] per sampled token, only when the engine keeps them
+
+    def __post_init__(self):
+        if self.kv is None:
+            self.kv = KVBlocks(self.request_id)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus every token sampled so far."""
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens whose K/V are in the cache (vLLM's name for stage 2's ``cur_len``)."""
+        return self.kv.cur_len
+
+    @property
+    def blocks(self) -> list[int]:
+        return self.kv.blocks
+
+    def tokens(self, start: int, n: int) -> list[int]:
+        """Token ids at positions ``start .. start+n-1`` of prompt + output, without concatenating."""
+        P = len(self.prompt_ids)
+        head = self.prompt_ids[start:start + n] if start < P else []
+        end = start + n - P                                   # end position within output_ids
+        return head + (self.output_ids[max(0, start - P):end] if end > 0 else [])

@@ -1,0 +1,38 @@
+"""The model runner: one scheduled step -> one forward pass -> logits for the rows that sample.
+
+    scheduled  [(A, 1), (B, 1), (C, 30)]          A, B decode; C runs a mid-prefill chunk
+    input_ids  [T = 32]                           A's last token, B's last token, C's next 30
+    meta       build_meta(pairs, sample=[T, T, F]) stage 3's tensors for the whole batch
+    forward    one pass, ONE paged-attention launch per layer for decodes and chunks alike
+    logits     [2, V]                             rows of A and B only: C's chunk samples nothing
+
+The pairs handed to ``build_meta`` are each request's stage 2 block handle (``req.kv``), whose
+``cur_len`` is ``num_computed_tokens``: exactly what stage 3 built by hand for one request.
+"""
+from __future__ import annotations
+
+import torch
+
+from l3_paged.cache import PagedKVCache
+from l3_paged.metadata import PagedMeta, build_meta
+
+from .scheduler import SchedulerOutput
+
+
+class ModelRunner:
+    def __init__(self, model, num_blocks: int, block_size: int, impl: str = "triton", check: bool = False):
+        p = next(model.parameters())
+        self.model, self.device, self.block_size = model, p.device, block_size
+        self.cache = PagedKVCache(model.cfg, num_blocks, block_size, p.device, p.dtype, impl=impl, check=check)
+
+    def inputs(self, out: SchedulerOutput) -> tuple[torch.Tensor, PagedMeta]:
+        ids = []
+        for req, n in out.scheduled:
+            ids += req.tokens(req.num_computed_tokens, n)
+        meta = build_meta([(req.kv, n) for req, n in out.scheduled], self.block_size, self.device, out.sample)
+        return torch.tensor(ids, device=self.device), meta       # [T] int64, T = out.num_tokens
+
+    def execute(self, out: SchedulerOutput) -> tuple[torch.Tensor, PagedMeta]:
+        """One forward pass. Returns logits [S', V] float32 (S' = rows that sample) and the metadata."""
+        input_ids, meta = self.inputs(out)
+        return self.model(input_ids, self.cache, meta), meta

@@ -1,0 +1,131 @@
+"""The scheduler: every step, which requests run and how many tokens each gets.
+
+Plain Python on host ints (no torch), so it is tested without a model (tests/test_l5_fuzz.py).
+One token budget per step and one cap on running requests, as in vLLM v1; there are no
+separate prefill and decode phases:
+
+    budget = max_num_batched_tokens
+    1. running requests, oldest admission first:
+         n = min(num_tokens - num_computed_tokens, budget)       decode: 1; prefill: a chunk
+         reserve blocks for num_computed + n tokens; if none are free, preempt the most
+         recently admitted running request (it may be this one) and try again
+    2. only if nothing was preempted: admit waiting requests, first come first served, while
+         budget > 0, len(running) < max_num_seqs and their first chunk's blocks are free
+
+    step 7, budget 32:  A decode 1 | B decode 1 | C chunk 30 of its 300-token prompt    -> 32
+
+Preemption is by recompute: the victim frees every block, its ``num_computed_tokens`` drops
+to 0 and it goes back to the *front* of the waiting queue. When readmitted it recomputes its
+prompt plus the tokens it already generated, then samples its next token as if nothing had
+happened. Victims are taken from the back of ``running``, so the oldest request is never
+preempted by a younger one: it always progresses, and every request finishes.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from l2_gather.allocator import BlockAllocator, OutOfBlocks
+
+from .request import KVBlocks, Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, new tokens), batch order
+    sample: list[bool] = field(default_factory=list)     # per scheduled request: does it sample this step?
+    prefill: list[bool] = field(default_factory=list)    # per scheduled request: (re)computing, not decoding
+    preempted: list[Request] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int):
+        self.alloc = BlockAllocator(num_blocks, block_size)
+        self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
+        self.waiting: deque[Request] = deque()     # FCFS; preempted requests go back to the front
+        self.running: list[Request] = []           # admission order: the last one is preempted first
+
+    @property
+    def capacity(self) -> int:
+        """Tokens the whole pool holds."""
+        return self.alloc.num_blocks * self.alloc.block_size
+
+    def add(self, req: Request) -> None:
+        need = len(req.prompt_ids) + req.params.max_tokens
+        if need > self.capacity:   # could never run, even alone: reject now, never wait forever
+            raise OutOfBlocks(f"prompt ({len(req.prompt_ids)}) + max_tokens ({req.params.max_tokens}) = {need} "
+                              f"tokens exceeds the whole KV pool of {self.capacity} tokens")
+        req.status = RequestStatus.WAITING
+        self.waiting.append(req)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.max_num_batched_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:          # 1. running requests first
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if not self._reserve_or_preempt(req, n, out):
+                break                                         # it preempted itself: nothing younger is left
+            self._take(req, n, out)
+            budget -= n
+            i += 1
+        while (not out.preempted and self.waiting and budget > 0    # 2. admit, first come first served
+               and len(self.running) < self.max_num_seqs):
+            req = self.waiting[0]
+            n = min(req.num_tokens, budget)
+            try:
+                self.alloc.reserve(req.kv, n)                 # the first chunk's blocks only
+            except OutOfBlocks:
+                break                                         # no skipping ahead of the queue
+            self.waiting.popleft()
+            req.status, req.prefill_len = RequestStatus.RUNNING, req.num_tokens
+            self.running.append(req)
+            out.admitted.append(req)
+            self._take(req, n, out)
+            budget -= n
+        return out
+
+    def _reserve_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
+        while True:
+            try:
+                self.alloc.reserve(req.kv, req.num_computed_tokens + n)
+                return True
+            except OutOfBlocks:
+                victim = self.running.pop()                   # most recently admitted
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    return False
+
+    def _preempt(self, req: Request) -> None:
+        self.alloc.free(req.kv)
+        req.kv = KVBlocks(req.request_id)                     # num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.waiting.appendleft(req)                          # first in line to come back
+
+    @staticmethod
+    def _take(req: Request, n: int, out: SchedulerOutput) -> None:
+        out.scheduled.append((req, n))
+        out.sample.append(req.num_computed_tokens + n == req.num_tokens)
+        out.prefill.append(req.num_computed_tokens < req.prefill_len)
+
+    def advance(self, out: SchedulerOutput) -> None:
+        """After the forward pass: the scheduled tokens' K/V are now in the cache."""
+        for req, n in out.scheduled:
+            req.kv.cur_len += n
+
+    def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
+        """A stop condition fired: free the blocks now, in the same step."""
+        self.running.remove(req)
+        self.alloc.free(req.kv)
+        req.status, req.finish_reason, req.stop_reason = RequestStatus.FINISHED, finish_reason, stop_reason
