@@ -38,6 +38,7 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self.stats: list[StepStats] = []
         self._counter = 0
+        self.last_meta = None
 
     # ---- requests in ------------------------------------------------------------------------
     def _decode(self, ids: list[int]) -> str:
@@ -78,9 +79,10 @@ class LLMEngine:
         if params.stop and self.tokenizer is None:
             raise UserError("stop strings need a tokenizer to decode text, and this checkpoint has none: use stop_token_ids.")
         need = len(ids) + params.max_tokens
-        for limit, what, fix in ((cfg.max_model_len, "max_model_len", "raise max_model_len (up to the model's context)"),
-                                 (cfg.capacity, f"the KV pool ({cfg.num_blocks} blocks x {cfg.block_size} tokens)",
-                                  "raise num_gpu_blocks_override")):
+        limits = [(cfg.capacity, 0, f"the KV pool ({cfg.num_blocks} blocks x {cfg.block_size} tokens)",
+                   "raise num_gpu_blocks_override"),
+                  (cfg.max_model_len, 1, "max_model_len", "raise max_model_len (up to the model's context)")]
+        for limit, _, what, fix in sorted(limits):          # name the tighter limit (the pool on a tie)
             if need > limit:
                 raise UserError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) = {need} exceeds {what} "
                                 f"= {limit} tokens; this request could never run: shorten the prompt, lower max_tokens, "
@@ -112,6 +114,7 @@ class LLMEngine:
         if not out.scheduled:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
         logits, meta = self.runner.execute(out)              # [S', V] float32
+        self.last_meta = meta                                # for --trace-meta and tests
         self.scheduler.advance(out)
         stats = self._stats(out)
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]

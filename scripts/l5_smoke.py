@@ -1,0 +1,124 @@
+"""Stage 5 smoke test: the usual prompt served together with other requests by continuous batching.
+
+    python scripts/l5_smoke.py                      # usual prompt + 4 others, small budget and pool
+    python scripts/l5_smoke.py --trace              # one line per step: chunks, decodes, preemptions
+    python scripts/l5_smoke.py --trace-meta         # ... and the metadata tensors of every step
+    python scripts/l5_smoke.py --extra-requests 0   # the usual prompt alone
+    python scripts/l5_smoke.py --temperature 0.8 --top-p 0.9 --seed 7   # = l4_smoke's seeded tokens
+
+The defaults (a 32-token budget, 14 blocks of 8 tokens) are small on purpose: the long prompt is
+prefilled in chunks, and the pool runs out so that a request is preempted and recomputed. The
+usual prompt's tokens must still equal stage 4's. Every l4_smoke flag works here and applies to
+every request (the others keep their own max_tokens); --num-blocks is num_gpu_blocks_override.
+"""
+import _path  # noqa: F401
+from l1_dense.cli import base_parser, load, report, run_main
+from l1_dense.errors import UserError
+from l4_smoke import add_sampling_args, sampling_params
+from l5_scheduler.config import bytes_per_block, make_config
+from l5_scheduler.engine import LLMEngine
+from l5_scheduler.outputs import StepStats
+
+#: The other requests: (text, max_tokens). Lengths differ so that they finish at different steps.
+EXTRAS = [
+    ("Paged attention reads keys and values straight out of the blocks: nothing is copied.", 12),
+    ("Hi", 6),
+    ("Continuous batching refills the batch every step.", 16),
+    ("Once upon a time", 10),
+]
+
+
+def add_engine_args(p):
+    g = p.add_argument_group("engine (vLLM names)")
+    g.add_argument("--block-size", type=int, default=8, help="tokens per KV block (default 8)")
+    g.add_argument("--num-blocks", type=int, default=14, help="KV pool size in blocks: num_gpu_blocks_override (default 14)")
+    g.add_argument("--max-num-batched-tokens", type=int, default=32, help="token budget per step (default 32)")
+    g.add_argument("--max-num-seqs", type=int, default=None, help="cap on running requests (default min(256, budget))")
+    g.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output (default: context or pool)")
+    g.add_argument("--extra-requests", type=int, default=len(EXTRAS), choices=range(len(EXTRAS) + 1),
+                   help=f"how many other requests run with the usual prompt (0..{len(EXTRAS)}, default {len(EXTRAS)})")
+    g.add_argument("--impl", choices=["torch", "triton"], default="triton", help="attention path (default triton)")
+    g.add_argument("--trace", action="store_true", help="print one line per step")
+    g.add_argument("--trace-meta", action="store_true", help="with --trace: also print each step's metadata tensors")
+
+
+def extra_prompts(ld, n):
+    """The other requests' prompts as token ids (bytes when the checkpoint has no tokenizer)."""
+    V = ld.model.cfg.vocab_size
+    out = []
+    for text, max_tokens in EXTRAS[:n]:
+        ids = (ld.tokenizer(text, add_special_tokens=False)["input_ids"] if ld.tokenizer is not None
+               else [b % V for b in text.encode()])
+        out.append((ids, max_tokens))
+    return out
+
+
+def print_meta(meta):
+    for name in ("positions", "slot_mapping", "cu_seqlens_q", "seq_lens_kv", "block_table", "logits_indices"):
+        print(f"           {name:<14} = {getattr(meta, name).tolist()}")
+
+
+def main(argv=None):
+    p = base_parser("l5_scheduler", __doc__)
+    add_sampling_args(p)
+    add_engine_args(p)
+    args = p.parse_args(argv)
+    params = sampling_params(args)           # bad values fail here, before the model loads
+    if args.trace_meta and not args.trace:
+        raise UserError("--trace-meta prints inside the trace: add --trace.")
+    ld = load(args)
+    cfg = ld.model.cfg
+    config = make_config(cfg, ld.device, next(ld.model.parameters()).dtype, block_size=args.block_size,
+                         num_gpu_blocks_override=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
+                         max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
+    engine = LLMEngine(ld.model, ld.tokenizer, config, impl=args.impl)
+    # Arrival order: the long extra first, then the usual prompt, then the rest. The usual prompt
+    # is then young enough to be a preemption victim when the pool runs dry.
+    extras = [(f"x{k}", ids, _with_max_tokens(params, m)) for k, (ids, m) in enumerate(extra_prompts(ld, args.extra_requests))]
+    rid = "usual"
+    for req_id, ids, prm in extras[:1] + [(rid, ld.prompt_ids, params)] + extras[1:]:
+        engine.add_request({"prompt_token_ids": ids}, prm, request_id=req_id)
+    ids = [x[0] for x in extras]
+    while engine.has_unfinished_requests():
+        engine.step()
+        if args.trace:
+            print("trace      : " + engine.stats[-1].line())
+            if args.trace_meta:
+                print_meta(engine.last_meta)
+    out = engine.output(rid)
+    comp = out.outputs[0]
+    stats: list[StepStats] = engine.stats
+    preemptions = sum(len(s.preempted) for s in stats)
+    chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if n < plen})
+    bpb = bytes_per_block(cfg, config.block_size, next(ld.model.parameters()).dtype)
+    peak = max(s.blocks_used for s in stats)
+    from l1_dense.dense_kv import default_max_seq_len
+    stage1 = default_max_seq_len(cfg) * bpb // config.block_size * len(engine.requests)
+    extra = {"finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason, "seed": params.seed,
+             "temperature": params.temperature, "kv_pool_bytes": config.num_blocks * bpb, "kv_used_bytes": peak * bpb,
+             "kv_stage1_bytes": stage1, "steps": len(stats), "preemptions": preemptions, "chunked_prefills": chunked,
+             "requests": [{"request_id": i, "prompt_ids": engine.output(i).prompt_token_ids,
+                           "token_ids": engine.output(i).outputs[0].token_ids,
+                           "finish_reason": engine.output(i).outputs[0].finish_reason,
+                           "num_preemptions": engine.output(i).num_preemptions} for i in ids]}
+    if comp.logprobs:
+        extra["logprobs"] = [{"token_id": lp.token_id, "logprob": lp.logprob, "top": lp.top} for lp in comp.logprobs]
+    lines = [f"finish     : {comp.finish_reason} (preempted {out.num_preemptions}x)"]
+    for i in ids:
+        o = engine.output(i)
+        lines.append(f"request {i:<3}: prompt {len(o.prompt_token_ids):>3} tok -> {o.outputs[0].token_ids} "
+                     f"({o.outputs[0].finish_reason}, preempted {o.num_preemptions}x)")
+    lines += [f"schedule   : {len(stats)} steps, budget {config.max_num_batched_tokens} tokens/step, "
+              f"{preemptions} preemption(s), chunked prefills: {', '.join(chunked) or 'none'}",
+              f"kv pool    : {config.num_blocks} blocks x {config.block_size} tokens = {config.num_blocks * bpb / 2**20:.3f} MiB, "
+              f"peak {peak} blocks in use ({len(engine.requests)} requests; stage 1 would reserve {stage1 / 2**20:.2f} MiB)"]
+    report("l5_scheduler", ld, comp.token_ids, args.json, extra=extra, lines=lines)
+
+
+def _with_max_tokens(params, max_tokens):
+    from dataclasses import replace
+    return replace(params, max_tokens=max_tokens, min_tokens=min(params.min_tokens, max_tokens))
+
+
+if __name__ == "__main__":
+    run_main(main)
