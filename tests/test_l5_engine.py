@@ -6,6 +6,7 @@ import torch
 
 from check_chain import hf_generate
 from l1_dense.errors import UserError
+from l1_dense.runtime import default_device
 from l3_paged.engine import PagedEngine
 from l4_sampler.generate import sample_generate
 from l4_sampler.params import SamplingParams
@@ -14,6 +15,7 @@ from l5_scheduler.config import make_config
 from l5_scheduler.engine import LLMEngine
 from l5_smoke import main as l5_main
 
+DEV = default_device()      # the tiny fixture's device: cuda on a GPU machine (kernels compiled), else cpu
 USUAL = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
 
 
@@ -57,7 +59,7 @@ def test_l5_every_request_in_a_chunked_preempted_batch_matches_stage4_alone_and_
     assert max(len(s.chunks) for s in stats) >= 2, "never two prefills in one step"
     for rid, (prompt, m), g in zip(ids, WORKLOAD, greedy):
         got = e.output(rid).outputs[0].token_ids
-        ref = hf_generate(path, prompt, m, "cpu", torch.float32)
+        ref = hf_generate(path, prompt, m, DEV, torch.float32)
         margins = [float(t.topk(2).values[0] - t.topk(2).values[1]) for t in ref.logits]
         assert min(margins) > 1e-3, f"prompt {rid}: an HF top-1 margin of {min(margins):.2e} is within float noise; pick another prompt"
         assert got == ref.token_ids, f"{rid} vs HF"
@@ -166,7 +168,7 @@ def test_l5_finished_request_frees_its_blocks_in_the_same_step(tiny):
 
 def test_l5_generate_returns_input_order_and_step_streams_the_same_tokens(tiny):
     model, path = tiny("qwen3")
-    llm = LLM(None, device="cpu", max_num_batched_tokens=16, num_gpu_blocks_override=24, block_size=8, impl="torch")
+    llm = LLM(None, device=DEV, max_num_batched_tokens=16, num_gpu_blocks_override=24, block_size=8, impl="torch")
     prompts = ["The capital of France is", {"prompt_token_ids": _prompt(60, 3)}, "Hi"]
     params = [SamplingParams(temperature=0, max_tokens=m) for m in (12, 3, 6)]
     outs = llm.generate(prompts, params, use_tqdm=False)

@@ -1,0 +1,281 @@
+"""End-to-end throughput of stage 5 on nano-vllm's published workload, against transformers'
+continuous batching measured in the same run, and against the workload's roofline.
+
+    PYTHONPATH=. python scripts/bench_e2e.py                      # GPU: 256 requests, ~5-10 minutes
+    PYTHONPATH=. python scripts/bench_e2e.py --quick              # CPU smoke test of the script (tiny model)
+
+Workload: 256 requests; prompt and output lengths each uniform in [100, 1024]; random token ids;
+ignore_eos (every request runs to its max_tokens); greedy. Model: a random-weight checkpoint of
+Qwen3-0.6B's shape that the script builds itself (bf16). Peer: transformers' continuous batching
+(the manager behind ``generate_batch``), fed the same requests with the same per-request
+max_new_tokens; ``--fixed N`` also runs a fixed-output-length variant of the same prompts on both
+(``generate_batch`` itself takes one length only).
+
+Roofline, summed over our schedule: each step must read every weight once (the tied lm_head only
+when a row samples) and the K/V of every scheduled sequence, and write the new tokens' K/V:
+floor = bytes / copy bandwidth measured here. A second floor also counts FLOPs against a bf16
+matmul measured here: max(bytes / BW, FLOPs / peak) per step. Fraction = floor / measured time.
+Writes bench_e2e.{json,md,png} into --out.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import l5_scheduler  # noqa: E402  (before triton: picks GPU or interpreter)
+from l1_dense.config import PRESETS  # noqa: E402
+from l1_dense.tiny import tiny_checkpoint  # noqa: E402
+from l5_scheduler import LLM, SamplingParams  # noqa: E402
+
+
+def build_checkpoint(path: str, preset: str = "Qwen/Qwen3-0.6B") -> str:
+    """A random-weight HF checkpoint of the preset's shape (bf16 safetensors), built once."""
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return path
+    from transformers import AutoModelForCausalLM, Qwen3Config
+    c = PRESETS[preset]
+    cfg = Qwen3Config(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                      num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+                      num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim,
+                      max_position_embeddings=c.max_position_embeddings, rope_theta=c.rope_theta,
+                      tie_word_embeddings=c.tie_word_embeddings, eos_token_id=151645, bos_token_id=None)
+    cfg.architectures = ["Qwen3ForCausalLM"]
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.save_pretrained(path)
+    print(f"built a random {preset}-shaped checkpoint in {path}")
+    del model
+    return path
+
+
+def workload(n, lo, hi, vocab, seed):
+    rng = random.Random(seed)
+    return [([rng.randrange(vocab) for _ in range(rng.randint(lo, hi))], rng.randint(lo, hi)) for _ in range(n)]
+
+
+def run_ours(llm, work, fixed=None):
+    params = [SamplingParams(temperature=0, ignore_eos=True, max_tokens=fixed or m) for _, m in work]
+    eng = llm.llm_engine
+    eng.stats.clear()
+    sync()
+    t0 = time.perf_counter()
+    outs = llm.generate([{"prompt_token_ids": p} for p, _ in work], params)
+    sync()
+    dt = time.perf_counter() - t0
+    tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    assert tokens == sum(p.max_tokens for p in params), "ignore_eos: every request must run to max_tokens"
+    return dict(seconds=dt, output_tokens=tokens, tok_per_s=tokens / dt, steps=len(eng.stats),
+                preemptions=sum(len(s.preempted) for s in eng.stats)), list(eng.stats)
+
+
+def run_hf(path, work, device, fixed=None, timeout=None):
+    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device).eval()
+    gen = GenerationConfig(max_new_tokens=max(m for _, m in work) if fixed is None else fixed, do_sample=False,
+                           eos_token_id=-1, pad_token_id=0)
+    results = {}
+    sync()
+    t0 = time.perf_counter()
+    if fixed is not None:                                   # generate_batch: one output length for all
+        res = model.generate_batch([p for p, _ in work], generation_config=gen, progress_bar=True)
+        results = {k: v for k, v in res.items()}
+    else:                                                   # the same manager, one max_new_tokens per request
+        with model.continuous_batching_context_manager(generation_config=gen, block=True, timeout=5) as manager:
+            for i, (p, m) in enumerate(work):
+                manager.add_request(input_ids=p, request_id=f"req_{i}", max_new_tokens=m)
+            while len(results) < len(work):
+                r = manager.get_result(timeout=1)
+                if r is not None and r.is_finished():
+                    results[r.request_id] = r
+                if timeout and time.perf_counter() - t0 > timeout:
+                    print(f"HF: stopped after {timeout} s with {len(results)}/{len(work)} requests done")
+                    break
+    sync()
+    dt = time.perf_counter() - t0
+    tokens = sum(len(r.generated_tokens) for r in results.values())
+    del model
+    free()
+    return dict(seconds=dt, output_tokens=tokens, tok_per_s=tokens / dt, finished=len(results),
+                transformers=__import__("transformers").__version__)
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def free():
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def ceilings(device):
+    """Copy bandwidth (GB/s, read + write) and bf16 matmul rate (TFLOP/s), measured here."""
+    if device != "cuda":
+        return None, None
+    import triton
+    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    bw = 2 * x.numel() / (triton.testing.do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3) / 1e9
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    tf = 2 * 8192**3 / (triton.testing.do_bench(lambda: a @ a, return_mode="median") * 1e-3) / 1e12
+    del x, y, a
+    free()
+    return bw, tf
+
+
+def roofline(stats, cfg, bw_gbps, peak_tflops):
+    """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor."""
+    elt = 2
+    per_layer = (cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim      # q, k, v
+                 + cfg.num_heads * cfg.head_dim * cfg.hidden_size                              # o
+                 + 3 * cfg.hidden_size * cfg.intermediate_size)                                # gate, up, down
+    body = cfg.num_layers * per_layer
+    head = cfg.vocab_size * cfg.hidden_size
+    kv_tok = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elt
+    mem_s = both_s = 0.0
+    total_bytes = total_flops = 0
+    for s in stats:
+        T = s.prefill_tokens + s.decode_tokens
+        nbytes = (body + (head if s.sampled else 0) + T * cfg.hidden_size) * elt + (s.kv_tokens + T) * kv_tok
+        pre_kv = sum(start * n + n * (n + 1) // 2 for _, start, n, _ in s.chunks)              # visible (q, k) pairs
+        dec_kv = s.kv_tokens - sum(start + n for _, start, n, _ in s.chunks)
+        flops = 2 * T * body + 2 * s.sampled * head + 4 * cfg.num_heads * cfg.head_dim * (pre_kv + dec_kv) * cfg.num_layers
+        t_mem = nbytes / (bw_gbps * 1e9)
+        mem_s += t_mem
+        both_s += max(t_mem, flops / (peak_tflops * 1e12))
+        total_bytes += nbytes
+        total_flops += flops
+    return dict(floor_memory_s=mem_s, floor_memory_compute_s=both_s, bytes=total_bytes, flops=total_flops)
+
+
+def markdown(meta, rows):
+    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, transformers "
+             f"{meta['transformers']}; model {meta['model']} ({meta['dtype']}); {meta['workload']}. "
+             + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
+                if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
+             "| variant | engine | output tokens | seconds | output tok/s | steps | preemptions | memory floor (s) | "
+             "% of memory roofline | mem+compute floor (s) | % of roofline |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rf = r.get("roofline")
+        sec = (lambda k: f"{rf[k]:.2f}") if rf else (lambda k: "—")
+        pct = (lambda k: f"{100 * rf[k] / r['seconds']:.0f}%") if rf else (lambda k: "—")
+        lines.append(f"| {r['variant']} | {r['engine']} | {r['output_tokens']} | {r['seconds']:.1f} | {r['tok_per_s']:.0f} | "
+                     f"{r.get('steps', '—')} | {r.get('preemptions', '—')} | {sec('floor_memory_s')} | "
+                     f"{pct('floor_memory_s')} | {sec('floor_memory_compute_s')} | {pct('floor_memory_compute_s')} |")
+    return "\n".join(lines)
+
+
+def plot(path, meta, rows, stats):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the PNG")
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    steps = range(len(stats))
+    a.plot(steps, [s.decode_tokens for s in stats], label="decode tokens (= running decodes)", lw=1)
+    a.plot(steps, [s.prefill_tokens for s in stats], label="prefill tokens", lw=1)
+    a.set_xlabel("step")
+    a.set_ylabel("tokens in the step")
+    a.set_title("our schedule, variable-length workload")
+    a.legend()
+    labels = [f"{r['engine']}\n{r['variant']}" for r in rows]
+    b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["engine"] == "ours" else "C1" for r in rows])
+    b.set_xticks(range(len(rows)), labels, fontsize=8)
+    b.set_ylabel("output tokens / s")
+    b.set_title("throughput")
+    fig.suptitle(f"{meta['model']}, {meta['workload']}, {meta['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_e2e")
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--min-len", type=int, default=100)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--fixed", type=int, default=None, help="also run every request with this output length, both engines")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-hf", action="store_true", help="our engine only")
+    ap.add_argument("--hf-timeout", type=float, default=420, help="stop the HF run after this many seconds")
+    ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
+    a = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not a.quick:
+        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    os.makedirs(a.out, exist_ok=True)
+    if a.quick:
+        path, a.num_requests, a.min_len, a.max_len, model_name = str(tiny_checkpoint("qwen3")), 8, 4, 24, "tiny-qwen3"
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    else:
+        path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), "Qwen3-0.6B shape, random weights", torch.bfloat16
+    llm = LLM(path, device=device, dtype=dtype, seed=a.seed)
+    cfg = llm.model.cfg
+    work = workload(a.num_requests, a.min_len, a.max_len, cfg.vocab_size, a.seed)
+    ec = llm.llm_engine.config
+    print(f"{len(work)} requests, prompts {a.min_len}..{a.max_len}, outputs {a.min_len}..{a.max_len}; engine: "
+          f"{ec.num_blocks} blocks x {ec.block_size}, budget {ec.max_num_batched_tokens}, max_num_seqs {ec.max_num_seqs}")
+    # Warm-up: compile the kernel for every tile config the run will pick (decode, mixed, prefill, long prefill).
+    warm = work[:16] + ([([1] * 2100, 2)] if not a.quick else [])
+    t = time.perf_counter()
+    run_ours(llm, [(p, 4) for p, _ in warm])
+    print(f"warm-up: {time.perf_counter() - t:.1f} s")
+    bw, tf = ceilings(device)
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
+    import transformers
+    import triton
+    meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, transformers=transformers.__version__,
+                model=model_name, dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
+                workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.min_len}, {a.max_len}], "
+                         "random ids, ignore_eos, greedy",
+                engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,
+                            max_num_batched_tokens=ec.max_num_batched_tokens, max_num_seqs=ec.max_num_seqs))
+    rows, schedule = [], None
+    for variant, fixed in [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else []):
+        r, stats = run_ours(llm, work, fixed)
+        r.update(engine="ours", variant=variant, roofline=roofline(stats, cfg, bw, tf) if device == "cuda" else None)
+        schedule = schedule or stats
+        rows.append(r)
+        print(f"ours  {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s, {r['steps']} steps")
+    del llm
+    free()
+    if not a.skip_hf:
+        for variant, fixed in [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else []):
+            r = run_hf(path, work, device, fixed, a.hf_timeout)
+            r.update(engine="HF generate_batch" if fixed else "HF continuous batching", variant=variant)
+            rows.append(r)
+            print(f"HF    {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s "
+                  f"({r['finished']}/{len(work)} finished)")
+    md = markdown(meta, rows)
+    print("\n" + md)
+    results = dict(meta=meta, rows=rows, schedule=[s.__dict__ for s in schedule])
+    with open(os.path.join(a.out, "bench_e2e.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(a.out, "bench_e2e.md"), "w") as f:
+        f.write(md + "\n")
+    plot(os.path.join(a.out, "bench_e2e.png"), meta, rows, schedule)
+    print(f"wrote {a.out}/bench_e2e.json and .md; total {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
