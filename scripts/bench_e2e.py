@@ -111,6 +111,41 @@ def run_hf(path, work, device, fixed=None, timeout=None):
                 transformers=__import__("transformers").__version__)
 
 
+def wall(llm, device, prompt_len=512, new=64, batch=64):
+    """Why stage 4 hits a wall: one request at a time (stage 4's loop) vs `batch` at once (stage 5).
+
+    Stage 4: ms per decoded token = (time for 1 + new tokens - time for 1 token) / new, and the
+    share of that time the GPU spends in kernels (torch.profiler, device time / wall time).
+    """
+    from l3_paged.engine import PagedEngine
+    from l4_sampler.generate import sample_generate
+    model = llm.model
+    rng = random.Random(1)
+    prompt = [rng.randrange(model.cfg.vocab_size) for _ in range(prompt_len)]
+    nb = -(-(prompt_len + new + 1) // 16)
+
+    def stage4(n):
+        e = PagedEngine(model, nb, 16)
+        sync()
+        t = time.perf_counter()
+        sample_generate(e, prompt, SamplingParams(temperature=0, ignore_eos=True, max_tokens=n), (), None)
+        sync()
+        return time.perf_counter() - t
+    stage4(4)
+    t1, tn = stage4(1), stage4(1 + new)
+    ms_tok = (tn - t1) / new * 1e3
+    busy = None
+    if device == "cuda":
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            t = stage4(1 + new)
+        dev_us = sum(e.self_device_time_total for e in prof.key_averages())
+        busy = dev_us * 1e-6 / t
+    r, _ = run_ours(llm, [(prompt, new)] * batch)
+    return dict(prompt_len=prompt_len, new_tokens=new, stage4_ms_per_token=ms_tok, stage4_tok_per_s=1e3 / ms_tok,
+                stage4_gpu_busy=busy, batch=batch, stage5_tok_per_s=r["tok_per_s"], stage5_steps=r["steps"])
+
+
 def sync():
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -163,7 +198,13 @@ def roofline(stats, cfg, bw_gbps, peak_tflops):
 
 
 def markdown(meta, rows):
-    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, transformers "
+    w = meta.get("wall")
+    wall_lines = [] if not w else [
+        f"Wall: stage 4's loop, one request ({w['prompt_len']}-token prompt, {w['new_tokens']} new tokens): "
+        f"{w['stage4_ms_per_token']:.1f} ms per token ({w['stage4_tok_per_s']:.0f} tok/s)"
+        + ("" if w["stage4_gpu_busy"] is None else f", GPU busy {100 * w['stage4_gpu_busy']:.0f}% of the time")
+        + f"; stage 5 with {w['batch']} such requests at once: {w['stage5_tok_per_s']:.0f} tok/s.", ""]
+    lines = wall_lines + [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, transformers "
              f"{meta['transformers']}; model {meta['model']} ({meta['dtype']}); {meta['workload']}. "
              + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
                 if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
@@ -217,6 +258,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-hf", action="store_true", help="our engine only")
     ap.add_argument("--hf-timeout", type=float, default=420, help="stop the HF run after this many seconds")
+    ap.add_argument("--wall", action="store_true", help="also measure stage 4's one-request loop against stage 5 at batch 64")
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -251,6 +293,13 @@ def main(argv=None):
                 engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,
                             max_num_batched_tokens=ec.max_num_batched_tokens, max_num_seqs=ec.max_num_seqs))
     rows, schedule = [], None
+    if a.wall:
+        meta["wall"] = wall(llm, device, *((64, 8, 4) if a.quick else ()))
+        w = meta["wall"]
+        busy = "n/a" if w["stage4_gpu_busy"] is None else f"{100 * w['stage4_gpu_busy']:.0f}%"
+        print(f"wall: stage 4, one request ({w['prompt_len']}-token prompt): {w['stage4_ms_per_token']:.1f} ms/token "
+              f"({w['stage4_tok_per_s']:.0f} tok/s), GPU busy {busy}; "
+              f"stage 5, {w['batch']} such requests at once: {w['stage5_tok_per_s']:.0f} tok/s")
     for variant, fixed in [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else []):
         r, stats = run_ours(llm, work, fixed)
         r.update(engine="ours", variant=variant, roofline=roofline(stats, cfg, bw, tf) if device == "cuda" else None)
