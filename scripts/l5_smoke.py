@@ -6,7 +6,7 @@
     python scripts/l5_smoke.py --extra-requests 0   # the usual prompt alone
     python scripts/l5_smoke.py --temperature 0.8 --top-p 0.9 --seed 7   # = l4_smoke's seeded tokens
 
-The defaults (a 32-token budget, 14 blocks of 8 tokens) are small on purpose: the long prompt is
+The defaults (l5_scheduler/demo.py: a 32-token budget, 14 blocks of 8 tokens) are small on purpose: the long prompt is
 prefilled in chunks, and the pool runs out so that a request is preempted and recomputed. The
 usual prompt's tokens must still equal stage 4's. Every l4_smoke flag works here and applies to
 every request (the others keep their own max_tokens); --num-blocks is num_gpu_blocks_override.
@@ -16,23 +16,16 @@ from l1_dense.cli import base_parser, load, report, run_main
 from l1_dense.errors import UserError
 from l4_smoke import add_sampling_args, sampling_params
 from l5_scheduler.config import bytes_per_block, make_config
+from l5_scheduler.demo import BLOCK_SIZE, BUDGET, EXTRAS, NUM_BLOCKS, add_demo_requests, extra_prompts
 from l5_scheduler.engine import LLMEngine
 from l5_scheduler.outputs import StepStats
 
-#: The other requests: (text, max_tokens). Lengths differ so that they finish at different steps.
-EXTRAS = [
-    ("Paged attention reads keys and values straight out of the blocks: nothing is copied.", 12),
-    ("Hi", 6),
-    ("Continuous batching refills the batch every step.", 16),
-    ("Once upon a time", 10),
-]
-
-
 def add_engine_args(p):
     g = p.add_argument_group("engine (vLLM names)")
-    g.add_argument("--block-size", type=int, default=8, help="tokens per KV block (default 8)")
-    g.add_argument("--num-blocks", type=int, default=14, help="KV pool size in blocks: num_gpu_blocks_override (default 14)")
-    g.add_argument("--max-num-batched-tokens", type=int, default=32, help="token budget per step (default 32)")
+    g.add_argument("--block-size", type=int, default=BLOCK_SIZE, help=f"tokens per KV block (default {BLOCK_SIZE})")
+    g.add_argument("--num-blocks", type=int, default=NUM_BLOCKS,
+                   help=f"KV pool size in blocks: num_gpu_blocks_override (default {NUM_BLOCKS})")
+    g.add_argument("--max-num-batched-tokens", type=int, default=BUDGET, help=f"token budget per step (default {BUDGET})")
     g.add_argument("--max-num-seqs", type=int, default=None, help="cap on running requests (default min(256, budget))")
     g.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output (default: context or pool)")
     g.add_argument("--extra-requests", type=int, default=len(EXTRAS), choices=range(len(EXTRAS) + 1),
@@ -40,17 +33,6 @@ def add_engine_args(p):
     g.add_argument("--impl", choices=["torch", "triton"], default="triton", help="attention path (default triton)")
     g.add_argument("--trace", action="store_true", help="print one line per step")
     g.add_argument("--trace-meta", action="store_true", help="with --trace: also print each step's metadata tensors")
-
-
-def extra_prompts(ld, n):
-    """The other requests' prompts as token ids (bytes when the checkpoint has no tokenizer)."""
-    V = ld.model.cfg.vocab_size
-    out = []
-    for text, max_tokens in EXTRAS[:n]:
-        ids = (ld.tokenizer(text, add_special_tokens=False)["input_ids"] if ld.tokenizer is not None
-               else [b % V for b in text.encode()])
-        out.append((ids, max_tokens))
-    return out
 
 
 def print_meta(meta):
@@ -72,13 +54,8 @@ def main(argv=None):
                          num_gpu_blocks_override=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                          max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
     engine = LLMEngine(ld.model, ld.tokenizer, config, impl=args.impl)
-    # Arrival order: the long extra first, then the usual prompt, then the rest. The usual prompt
-    # is then young enough to be a preemption victim when the pool runs dry.
-    extras = [(f"x{k}", ids, _with_max_tokens(params, m)) for k, (ids, m) in enumerate(extra_prompts(ld, args.extra_requests))]
-    rid = "usual"
-    for req_id, ids, prm in extras[:1] + [(rid, ld.prompt_ids, params)] + extras[1:]:
-        engine.add_request({"prompt_token_ids": ids}, prm, request_id=req_id)
-    ids = [x[0] for x in extras]
+    extras = extra_prompts(ld.tokenizer, cfg.vocab_size, args.extra_requests)
+    rid, ids = add_demo_requests(engine, ld.prompt_ids, params, extras)
     while engine.has_unfinished_requests():
         engine.step()
         if args.trace:
@@ -113,11 +90,6 @@ def main(argv=None):
               f"kv pool    : {config.num_blocks} blocks x {config.block_size} tokens = {config.num_blocks * bpb / 2**20:.3f} MiB, "
               f"peak {peak} blocks in use ({len(engine.requests)} requests; stage 1 would reserve {stage1 / 2**20:.2f} MiB)"]
     report("l5_scheduler", ld, comp.token_ids, args.json, extra=extra, lines=lines)
-
-
-def _with_max_tokens(params, max_tokens):
-    from dataclasses import replace
-    return replace(params, max_tokens=max_tokens, min_tokens=min(params.min_tokens, max_tokens))
 
 
 if __name__ == "__main__":
