@@ -31,7 +31,7 @@ class Engine:
 @dataclass
 class Generation:
     token_ids: list[int]
-    finish_reason: str                                  # "eos" | "length"
+    finish_reason: str                                  # "stop" (EOS) | "length": vLLM's finish_reason names
     logits: list[torch.Tensor] = field(default_factory=list)  # per new token, [V] float32 on CPU
 
 
@@ -63,7 +63,7 @@ def greedy_generate(engine, prompt_ids: list[int], max_new_tokens: int, eos_ids=
         tok = int(logits.argmax())                      # one host sync per token: we must know if it is EOS
         out.append(tok)
         if tok in eos_ids:
-            return Generation(out, "eos", kept)
+            return Generation(out, "stop", kept)
         if len(out) == max_new_tokens:
             return Generation(out, "length", kept)
         logits = engine.decode(tok)
