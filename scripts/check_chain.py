@@ -11,13 +11,14 @@ oracle's top-1 margin is within rounding; the table shows that margin at the fir
 from __future__ import annotations
 
 import sys
+import time
 
 import _path  # noqa: F401
 import torch
 
 from harness.stages import STAGES, compare, hf_generate, select
 from l1_dense.checkpoint import resolve_model_dir
-from l1_dense.cli import base_parser, load, run_main
+from l1_dense.cli import base_parser, load, note, run_main
 from l1_dense.generate import check_prompt
 
 
@@ -27,14 +28,21 @@ def main(argv=None) -> int:
                    help=f"comma-separated subset of stages to run: {', '.join(STAGES)} (default: all)")
     args = p.parse_args(argv)
     stages = select(args.stages)             # unknown names fail here, before the model loads
+    if args.json:
+        note("--json is ignored by check_chain.py: it prints a table and a verdict (the smoke scripts take --json).")
     ld = load(args)
     check_prompt(ld.prompt_ids, args.max_new_tokens, ld.model.cfg)
+    t0 = time.perf_counter()
     ref = hf_generate(resolve_model_dir(args.model), ld.prompt_ids, args.max_new_tokens,
                       ld.device, next(ld.model.parameters()).dtype)
     n, eos, ctx = len(ld.prompt_ids) + args.max_new_tokens, ld.model.cfg.eos_token_ids, ld.model.cfg.max_position_embeddings
+    seconds = {"oracle": time.perf_counter() - t0}
     results = {}
-    for s in stages:
+    for s in stages:                         # progress on stderr: the Triton rows are slow on a CPU
+        t0 = time.perf_counter()
         gen = s.generate(s.make_engine(ld.model, n), ld.prompt_ids, args.max_new_tokens, eos, ctx)
+        seconds[s.name] = time.perf_counter() - t0
+        print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)
         results[s.name] = (gen, compare(ref, gen))
 
     margins = [float(t.topk(2).values[0] - t.topk(2).values[1]) for t in ref.logits]
@@ -52,6 +60,7 @@ def main(argv=None) -> int:
               f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
     bad = [n for n, (_, c) in results.items() if not c["identical"]]
     print()
+    print("time (s)   : " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
     if not results:                          # cannot happen through select(); never say OK over nothing
         print("chain: NOTHING COMPARED, 0 stages ran")
         return 1

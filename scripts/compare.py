@@ -23,7 +23,7 @@ import torch
 
 from harness.stages import STAGES, hf_generate, hf_model
 from l1_dense.checkpoint import resolve_model_dir
-from l1_dense.cli import base_parser, load, run_main
+from l1_dense.cli import base_parser, load, note, run_main
 from l1_dense.errors import UserError
 from l1_dense.generate import check_prompt
 
@@ -99,6 +99,8 @@ def main(argv=None) -> int:
     if args.plant_bug and args.b == "hf":
         raise UserError("--plant-bug plants the bug in side B's engine, and hf is the oracle, not an engine of "
                         "this project: pass a stage as --b, e.g. --b \"l3_paged[torch]\".")
+    if args.json:
+        note("--json is ignored by compare.py: it prints a table and a verdict.")
     if args.tol is not None and not args.tol >= 0:
         raise UserError(f"--tol must be a number >= 0 (0 = exact), got {args.tol}.")
     ld = load(args)
