@@ -130,3 +130,24 @@ def test_readme_chain_table_is_what_make_demo_prints():
         assert problem is None, f"README: {problem}; check_chain printed:\n{out}"
     rows = [ln for ln in out.splitlines() if ln.startswith("| ") and not ln.startswith("| stage")]
     assert len(rows) == len([ln for ln in quoted if ln.startswith("| ") and not ln.startswith("| stage")])
+
+
+def test_lesson2_wall_table_is_what_measure_wall_prints():
+    """The paged row comes from the real allocator (deterministic: compared exactly)."""
+    text = (ROOT / "lessons" / "l2_gather.md").read_text()
+    rows = re.findall(r"^\| (dense|paged), `(?:max_seq_len|block_size)` (\d+)[^|]*\| ([^|]+) \| (\d+) \| ([^|]+) \|$",
+                      text, re.M)
+    assert len(rows) == 3, rows
+    _, out = _run("measure_wall", ["--lesson", "2"])
+    for kind, size, reserved, fit, used in rows:
+        want = f"| {kind}, {'max_seq_len' if kind == 'dense' else 'block_size'} {size} | {reserved} | {fit} | {used} |"
+        assert want in out, f"l2_gather.md row {want!r}; measure_wall printed:\n{out}"
+    frag = re.search(r"The mix above wastes less, ([\d.]+%)", text).group(1)
+    assert f"= {frag} " in out
+
+
+def test_measure_wall_lessons_3_and_4_run_and_print_their_quoted_quantities():
+    _, out = _run("measure_wall", ["--lesson", "3", "--reps", "1"])
+    assert "gather copies 144 MiB per step per sequence" in out and "27 GiB moved" in out
+    _, out = _run("measure_wall", ["--lesson", "4", "--batch", "2", "--reps", "1"])
+    assert "ms per step on this machine" in out
