@@ -14,7 +14,6 @@ import sys
 import time
 
 import _path  # noqa: F401
-import torch
 
 from harness.stages import STAGES, compare, hf_generate, select
 from l1_dense.checkpoint import resolve_model_dir

@@ -72,7 +72,9 @@ def _line_close(quoted: str, out: str, atol: float, rtol: float = 0.0) -> str | 
 def _block_after(text, marker):
     """The lines of the first fenced block after `marker`."""
     rest = text[text.index(marker):]
-    return [ln for ln in rest.split("```")[1].strip("\n").splitlines()[0:] if ln.strip()]
+    lines = [ln for ln in rest.split("```")[1].strip("\n").splitlines()[0:] if ln.strip()]
+    assert lines, f"the block after {marker!r} is empty: a quote check must not pass on nothing"
+    return lines
 
 
 @cpu_only
@@ -95,6 +97,7 @@ def test_lesson3_tokens_and_planted_bug_output_are_current():
         assert f"token ids  : {tokens}" in _run("l3_smoke", ["--impl", impl])[1]
     rest = text[text.index("$ python scripts/compare.py --a l2_gather"):]
     quoted = [ln for ln in rest.split("```")[0].splitlines()[1:] if ln.strip()]   # the output under the $ line
+    assert len(quoted) >= 3, "l3_paged.md no longer quotes compare.py's output"
     rc, out = _run("compare", ["--a", "l2_gather", "--b", "l3_paged[torch]", "--plant-bug", "transpose"])
     assert rc == 1
     assert quoted[-1].startswith("verdict:") and quoted[-1] in out      # the verdict, exactly
