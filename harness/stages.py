@@ -6,9 +6,9 @@ A stage entry is a name, an engine factory and a generate function:
     generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation (logits kept)
 
 ``scripts/check_chain.py`` runs every entry against the oracle (:func:`hf_generate`) and
-``scripts/compare.py`` uses any entry's engine as a side. A new stage registers itself with one
-call, e.g. ``register("l5_scheduler", make_engine, generate)``; the order of registration is
-the order of the table.
+``scripts/compare.py`` uses any entry's engine as a side. A new stage is one more call at the
+end of this file, e.g. ``register("l5_scheduler", make_engine, generate)``; the order of
+registration is the order of the table, and check_chain, compare and the tests pick it up.
 """
 from __future__ import annotations
 
