@@ -32,6 +32,9 @@ def resolve_model_dir(model: str | None) -> Path:
         if not (path / "config.json").exists():
             raise UserError(f"{path} has no config.json: point --model at a Hugging Face checkpoint directory.")
         return path
+    if model.startswith("tiny-"):
+        names = ", ".join(f"tiny-{f}" for f in SPECS)
+        raise UserError(f"unknown built-in model {model!r}: the built-in tiny models are {names}.")
     looks_like_hub_id = model.count("/") == 1 and not model.startswith((".", "/", "~"))
     if not looks_like_hub_id:
         raise UserError(f"model path {model!r} does not exist. Pass an existing checkpoint directory "

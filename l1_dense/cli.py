@@ -6,13 +6,16 @@ Flags: ``--model`` (path or hub id; default: the built-in tiny Qwen3), ``--promp
 builds its own engine; this module loads the model, checks the input, runs and prints.
 
 ``--json`` prints one object with the keys ``stage, model, device, dtype, prompt_ids,
-token_ids, text`` (plus stage extras such as ``finish_reason``).
+token_ids, text`` (plus stage extras such as ``finish_reason``, ``elapsed_s``, ``tokens_per_s``).
+Notes about flags that are ignored or change what is compared go to stderr as ``note: ...``;
+so does the progress of long runs (:class:`Watch`), never with ``--json``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 
 import torch
@@ -26,8 +29,38 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 NO_TEXT = "(text unavailable: this checkpoint has no tokenizer)"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse reads ``--prompt-ids -1,5,6`` as a flag followed by another flag; keep a value
+    that starts with "-" attached to its id-list flag, so the range check can name it."""
+    ID_LISTS = ("--prompt-ids", "--stop-token-ids")
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        out, i = [], 0
+        while i < len(args):
+            if args[i] in self.ID_LISTS and i + 1 < len(args) and args[i + 1][:1] == "-" and args[i + 1][1:2].isdigit():
+                out.append(f"{args[i]}={args[i + 1]}")
+                i += 2
+            else:
+                out.append(args[i])
+                i += 1
+        return super().parse_known_args(out, namespace)
+
+
+def note(msg: str) -> None:
+    """A flag was ignored, or changes what the output can be compared with: say so, on stderr."""
+    print(f"note: {msg}", file=sys.stderr)
+
+
+def positive_or_none(flag: str, value: int | None) -> int | None:
+    """None (flag not given) stays None; 0 or less is an error, never a silent 'use the default'."""
+    if value is not None and value < 1:
+        raise UserError(f"{flag} must be a positive integer, got {value} (leave it out for the default).")
+    return value
+
+
 def base_parser(stage: str, doc: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"{stage}_smoke", description=doc)
+    p = Parser(prog=f"{stage}_smoke", description=doc)
     p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: tiny-qwen3 (default), tiny-llama, tiny-qwen2")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
@@ -73,6 +106,9 @@ def load(args) -> Loaded:
     device = args.device or default_device()
     dtype_name = args.dtype or next(n for n, d in DTYPES.items() if d == default_dtype(device))
     dtype = check_device_dtype(device, dtype_name)
+    if device == "cpu" and dtype != torch.float32:
+        note(f"--dtype {dtype_name} on cpu: its tokens differ from the float32 ones the lessons quote "
+             "(the lessons' CPU outputs are float32, the default on cpu).")
     path = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(path)
     if args.prompt_ids is not None:
@@ -103,6 +139,41 @@ def report(stage: str, ld: Loaded, token_ids: list[int], as_json: bool, extra: d
     print(f"text       : {record['text']!r}")
     for line in lines:
         print(line)
+
+
+class Watch:
+    """Wraps an engine (attributes pass through): counts the forward calls, one per new token, and
+    prints progress on stderr every ``every_s`` seconds unless ``quiet``. On a CPU the Triton
+    interpreter makes a long run slow; this shows it is moving, and how fast."""
+
+    def __init__(self, engine, total: int, quiet: bool, every_s: float = 10.0):
+        self.engine, self.total, self.quiet, self.every_s = engine, total, quiet, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.n = 0
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def prefill(self, ids):
+        return self._tick(self.engine.prefill(ids))
+
+    def decode(self, token):
+        return self._tick(self.engine.decode(token))
+
+    def _tick(self, logits):
+        self.n += 1
+        now = time.perf_counter()
+        if not self.quiet and now - self.last >= self.every_s:
+            self.last = now
+            print(f"  ... {self.n}/{self.total} tokens, {now - self.t0:.0f} s, "
+                  f"{self.n / (now - self.t0):.2f} tokens/s", file=sys.stderr, flush=True)
+        return logits
+
+    def timing(self, n_new: int) -> tuple[str, dict]:
+        """The report's time line and JSON keys: generation only (prefill included, loading not)."""
+        s = time.perf_counter() - self.t0
+        return (f"time       : {s:.1f} s for {n_new} new tokens, {n_new / s:.1f} tokens/s (prefill included, loading not)",
+                {"elapsed_s": round(s, 3), "tokens_per_s": round(n_new / s, 3)})
 
 
 def run_main(main) -> None:

@@ -31,12 +31,14 @@ class Engine:
 @dataclass
 class Generation:
     token_ids: list[int]
-    finish_reason: str                                  # "eos" | "length"
+    finish_reason: str                                  # "stop" (EOS) | "length": vLLM's finish_reason names
     logits: list[torch.Tensor] = field(default_factory=list)  # per new token, [V] float32 on CPU
 
 
-def check_prompt(prompt_ids: list[int], max_new_tokens: int, cfg, max_len: int | None = None) -> None:
-    """Reject bad requests before any work, with the fix in the message."""
+def check_prompt(prompt_ids: list[int], max_new_tokens: int, cfg, max_len: int | None = None,
+                 cache_flag: str | None = None) -> None:
+    """Reject bad requests before any work, with the fix in the message. ``cache_flag`` names the
+    flag that sizes the KV cache (``max_len`` tokens), so the message can say to raise it."""
     if len(prompt_ids) == 0:
         raise UserError("the prompt is empty: pass --prompt TEXT or --prompt-ids 1,2,3.")
     bad = [t for t in prompt_ids if not 0 <= t < cfg.vocab_size]
@@ -49,8 +51,11 @@ def check_prompt(prompt_ids: list[int], max_new_tokens: int, cfg, max_len: int |
     for limit, what in ((cfg.max_position_embeddings, "the model's context (max_position_embeddings)"),
                         (max_len, "the KV cache")):
         if limit is not None and need > limit:
+            fix = "shorten the prompt or lower --max-new-tokens"
+            if what == "the KV cache" and cache_flag:
+                fix = f"raise {cache_flag}, shorten the prompt or lower --max-new-tokens"
             raise UserError(f"prompt ({len(prompt_ids)} tokens) + --max-new-tokens ({max_new_tokens}) = {need} "
-                            f"exceeds {what} of {limit} tokens: shorten the prompt or lower --max-new-tokens.")
+                            f"exceeds {what} of {limit} tokens: {fix}.")
 
 
 def greedy_generate(engine, prompt_ids: list[int], max_new_tokens: int, eos_ids=(),
@@ -63,7 +68,7 @@ def greedy_generate(engine, prompt_ids: list[int], max_new_tokens: int, eos_ids=
         tok = int(logits.argmax())                      # one host sync per token: we must know if it is EOS
         out.append(tok)
         if tok in eos_ids:
-            return Generation(out, "eos", kept)
+            return Generation(out, "stop", kept)
         if len(out) == max_new_tokens:
             return Generation(out, "length", kept)
         logits = engine.decode(tok)

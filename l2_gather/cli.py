@@ -1,4 +1,5 @@
 """Smoke-script pieces shared by the paged stages (2 and later): pool flags, the run, the memory report."""
+from l1_dense.cli import Watch, positive_or_none
 from l1_dense.dense_kv import default_max_seq_len
 from l1_dense.errors import UserError
 from l1_dense.generate import check_prompt
@@ -15,9 +16,9 @@ def add_paging_args(p):
 def pool_shape(args, cfg):
     if args.block_size < 1:
         raise UserError(f"--block-size must be a positive integer, got {args.block_size}.")
-    num_blocks = args.num_blocks or -(-default_max_seq_len(cfg) // args.block_size)  # stage 1's capacity
-    if num_blocks < 1:
-        raise UserError(f"--num-blocks must be a positive integer, got {num_blocks}.")
+    num_blocks = positive_or_none("--num-blocks", args.num_blocks)
+    if num_blocks is None:
+        num_blocks = -(-default_max_seq_len(cfg) // args.block_size)           # stage 1's capacity
     return num_blocks, args.block_size
 
 
@@ -34,18 +35,21 @@ def memory_lines(engine, n_tokens: int, cfg) -> tuple[list[str], dict]:
 
 
 def paged_run(ld, args, make_engine, run):
-    """Size the pool from the flags, check the request, build the engine, run it, report memory.
+    """Size the pool from the flags, check the request, build the engine, run it (timed, with
+    progress on stderr), report time and memory.
 
     ``make_engine(num_blocks, block_size)`` builds the stage's engine, ``run(engine)`` generates.
     A pool that runs dry becomes a UserError that names the flag to raise.
     """
     cfg = ld.model.cfg
     num_blocks, block_size = pool_shape(args, cfg)
-    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size)
+    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size, "--num-blocks")
     engine = make_engine(num_blocks, block_size)
+    watch = Watch(engine, args.max_new_tokens, quiet=args.json)
     try:
-        gen = run(engine)
+        gen = run(watch)
     except OutOfBlocks as e:
         raise UserError(f"the KV pool ran out of blocks ({e}): raise --num-blocks.") from None
-    lines, extra = memory_lines(engine, engine.req.cur_len, cfg)  # the last new token is never fed back
-    return engine, gen, lines, extra
+    time_line, extra = watch.timing(len(gen.token_ids))
+    lines, mem = memory_lines(engine, engine.req.cur_len, cfg)  # the last new token is never fed back
+    return engine, gen, [time_line, *lines], {**extra, **mem}

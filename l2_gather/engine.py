@@ -31,7 +31,6 @@ class GatherEngine(Engine):
             positions=torch.arange(start, start + T, device=dev),              # [T]
             slot_mapping=torch.tensor(slots[start:start + T], device=dev),     # [T]
             kv_indices=torch.tensor(slots[:start + T], device=dev),            # [start + T]
-            is_prefill=start == 0,
             logits_indices=torch.tensor([T - 1], device=dev),
         )
 

@@ -25,7 +25,6 @@ class GatherMeta:
     positions: torch.Tensor       # [T] int64 RoPE positions
     slot_mapping: torch.Tensor    # [T] int64 flat slot of each new token
     kv_indices: torch.Tensor      # [L] int64 flat slots of positions 0..L-1 (new tokens included)
-    is_prefill: bool
     logits_indices: torch.Tensor  # [1] int64: last row
 
 

@@ -31,11 +31,12 @@ Key tiles every row of the tile may fully see run without a mask; the remaining 
 the causal edge run with the mask. Programs whose query tile is past their sequence's q_len
 (short sequences in a batch with a long one) exit at once. Non-power-of-two G and D are padded
 up (D at least 16, the smallest tl.dot) and masked.
+
+Tile sizes come from ``kernel_config.pick_config``; random paged batches for tests and
+benchmarks from ``paged_batch.make_paged_batch``. ``python -m l3_paged.attention_triton`` checks
+the kernel against the reference on one mixed batch in three dtypes.
 """
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import torch
 
@@ -45,6 +46,7 @@ from l1_dense.errors import UserError
 import triton
 import triton.language as tl
 
+from l3_paged.kernel_config import KernelConfig, pick_config
 from l3_paged.validate import check_paged_layout
 
 LOG2E = 1.4426950408889634
@@ -162,52 +164,6 @@ def _paged_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, kv_lens_ptr, bt_ptr
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=io_mask)
 
 
-@dataclass(frozen=True)
-class KernelConfig:
-    block_q: int      # query tokens per program; the tile has block_q * G_PAD rows
-    block_n: int      # keys per inner-loop step (independent of the cache's block_size)
-    num_warps: int
-    num_stages: int   # software-pipelining depth of the K/V loads
-
-
-def pick_config(max_seqlen_q: int, num_tokens: int, num_seqs: int, g_pad: int, d_pad: int,
-                dtype: torch.dtype) -> KernelConfig:
-    """Tile sizes per case, from host ints only. Measured on H200, Qwen3-8B shape (H_q 32,
-    H_kv 8, D 128, bf16); docs/benchmarks.md has the sweep.
-
-    * decode (every query fits one 16-row tile): the work is streaming K/V, so the tile is the
-      smallest tl.dot allows (16 rows = 16 // G_PAD tokens, only the first real) with 128-key
-      steps: more bytes in flight per program. 2 stages: 3 costs registers and ran 30% slower.
-    * mixed (query tokens fill less than half of the S * max_seqlen_q slots: mostly decodes plus
-      a chunk): 64 rows, 64 keys, 4 warps; a prefill-sized tile wastes 7/8 of it on decodes.
-    * prefill: two matmuls per key tile, so 128 rows (32 tokens x 4 heads) and 128 keys, 8 warps,
-      3 stages. From 2048 query tokens on, 256 rows (each K/V tile re-used twice as much, 8%
-      faster at 4096); at 1024 tokens they leave SMs idle (30% slower), hence the threshold.
-    * head_dim 256: 64 x 32 tiles to fit registers (not tuned).
-    * float32 dots run on CUDA cores (input_precision="ieee"): 16 x 16 tiles, the largest that
-      do not spill registers at D = 128..256 (ptxas -v, sm_90).
-    """
-    min_q = max(1, 16 // g_pad)                          # tl.dot needs M >= 16 rows
-
-    def tokens(rows):                                    # query tokens per tile, no more than needed
-        return max(min_q, min(triton.next_power_of_2(max_seqlen_q), max(1, rows // g_pad)))
-
-    if dtype == torch.float32:
-        return KernelConfig(min_q, block_n=16, num_warps=4, num_stages=2)
-    if max_seqlen_q <= min_q:                                                        # decode
-        return KernelConfig(min_q, block_n=64 if d_pad > 128 else 128, num_warps=4, num_stages=2)
-    if d_pad > 128:
-        return KernelConfig(tokens(64), block_n=32, num_warps=4, num_stages=2)
-    if 2 * num_tokens < num_seqs * max_seqlen_q:                                     # mixed
-        return KernelConfig(tokens(64), block_n=64, num_warps=4, num_stages=2)
-    if max_seqlen_q >= 2048:                                                         # long prefill
-        return KernelConfig(tokens(256), block_n=64, num_warps=8, num_stages=3)
-    block_q = tokens(128)
-    if block_q * g_pad < 128:                            # a few tokens: 4 warps; 128 keys would spill
-        return KernelConfig(block_q, block_n=64, num_warps=4, num_stages=3)
-    return KernelConfig(block_q, block_n=128, num_warps=8, num_stages=3)
-
-
 def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *,
                            max_seqlen_q: int, scale=None, out=None, config: KernelConfig | None = None):
     """Paged attention for a whole batch in one launch. Returns ``out`` ``[T, H_q, D]``.
@@ -259,38 +215,13 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block
     return out
 
 
-def make_paged_batch(q_lens, kv_lens, H_q, H_kv, D, block_size, dtype, device, *, seed=0, spare_blocks=3):
-    """Random paged batch for tests and benchmarks: shuffled (non-contiguous) block tables whose
-    padding entries hold out-of-range ids, and NaN in every cache slot no sequence uses.
-    Returns (q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)."""
-    torch.manual_seed(seed)
-    n_used = [math.ceil(kv / block_size) for kv in kv_lens]
-    num_blocks = sum(n_used) + spare_blocks
-    perm = torch.randperm(num_blocks).to(torch.int32)                     # shuffled physical ids
-    table = torch.full((len(kv_lens), max(n_used) + 2), num_blocks + 7, dtype=torch.int32)  # [S, max_blocks]
-    slots = []
-    for s, (start, n, kv) in enumerate(zip(torch.tensor([0] + n_used).cumsum(0).tolist(), n_used, kv_lens)):
-        table[s, :n] = perm[start:start + n]
-        j = torch.arange(kv)                                              # logical key positions
-        slots.append(table[s, j // block_size].long() * block_size + j % block_size)
-    slots = torch.cat(slots).to(device)                                   # [sum(kv_lens)] flat slot ids
-    k_cache = torch.full((num_blocks, block_size, H_kv, D), float("nan"), dtype=dtype, device=device)
-    v_cache = torch.full_like(k_cache, float("nan"))
-    k_cache.view(-1, H_kv, D)[slots] = torch.randn(len(slots), H_kv, D, device=device).to(dtype)
-    v_cache.view(-1, H_kv, D)[slots] = torch.randn(len(slots), H_kv, D, device=device).to(dtype)
-    q = torch.randn(sum(q_lens), H_q, D, device=device).to(dtype)        # [T, H_q, D]
-    cu = torch.tensor([0] + list(q_lens)).cumsum(0).to(torch.int32)        # [S+1]
-    kv = torch.tensor(kv_lens, dtype=torch.int32)                         # [S]
-    return q, k_cache, v_cache, cu.to(device), kv.to(device), table.to(device)
-
-
 if __name__ == "__main__":
     from l3_paged.attention_ref import paged_attention_ref
+    from l3_paged.paged_batch import make_paged_batch
     from l3_paged.validate import validate_paged_inputs
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    # 1. Check against the reference: a decode, a short prefill and a chunk on cached context.
-    q_lens, kv_lens = [1, 5, 33], [300, 5, 90]
+    q_lens, kv_lens = [1, 5, 33], [300, 5, 90]        # a decode, a short prefill, a chunk on cached context
     for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 2e-3), (torch.bfloat16, 1.5e-2)):
         args = make_paged_batch(q_lens, kv_lens, 8, 2, 64, 16, dtype, device)
         validate_paged_inputs(*args, max_seqlen_q=max(q_lens))
@@ -300,13 +231,4 @@ if __name__ == "__main__":
         ok = torch.allclose(out.float(), ref.float(), atol=tol, rtol=tol)
         print(f"check {str(dtype):15s} max|kernel - ref| = {err:.2e}  (atol=rtol={tol:g})  "
               f"{'ok' if ok else 'FAIL'}")
-    # 2. Tiny benchmark (GPU only): Qwen3-8B decode, batch 32 x 1024 context. Full: scripts/bench_attention.py
-    if device == "cuda":
-        B, ctx = 32, 1024
-        args = make_paged_batch([1] * B, [ctx] * B, 32, 8, 128, 16, torch.bfloat16, device, spare_blocks=0)
-        ms = triton.testing.do_bench(lambda: paged_attention_triton(*args, max_seqlen_q=1),
-                                     return_mode="median")
-        gb = (2 * B * ctx * 8 * 128 * 2 + 2 * B * 32 * 128 * 2) / 1e9
-        print(f"decode B={B} ctx={ctx}: {ms * 1e3:.1f} us, {gb / ms * 1e3:.0f} GB/s")
-    else:
-        print("no GPU: skipping the benchmark (interpreter timings are not performance)")
+    print("timings: python scripts/bench_attention.py (GPU); interpreter timings are not performance")

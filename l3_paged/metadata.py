@@ -32,10 +32,6 @@ class PagedMeta:
     max_seqlen_q: int             # host int: sizes the kernel grid without a device sync
     logits_indices: torch.Tensor  # [S'] int64  last new token of each sequence that samples (S' <= S)
 
-    @property
-    def is_prefill(self) -> bool:
-        return self.max_seqlen_q > 1
-
 
 def build_meta(batch, block_size: int, device, sample: list[bool] | None = None) -> PagedMeta:
     """``batch``: list of (Request, q_len). Each request already holds blocks for ``cur_len + q_len``

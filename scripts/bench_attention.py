@@ -25,7 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import l3_paged  # noqa: E402,F401  (before triton: picks GPU or interpreter)
 import triton  # noqa: E402
 from l3_paged.attention_ref import paged_attention_ref  # noqa: E402
-from l3_paged.attention_triton import KernelConfig, make_paged_batch, paged_attention_triton  # noqa: E402
+from l3_paged.attention_triton import paged_attention_triton  # noqa: E402
+from l3_paged.kernel_config import KernelConfig  # noqa: E402
+from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 
 F = torch.nn.functional
 H_Q, H_KV, D, BLOCK_SIZE, DTYPE = 32, 8, 128, 16, torch.bfloat16

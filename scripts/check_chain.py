@@ -11,86 +11,38 @@ oracle's top-1 margin is within rounding; the table shows that margin at the fir
 from __future__ import annotations
 
 import sys
+import time
 
 import _path  # noqa: F401
-import torch
 
+from harness.stages import STAGES, compare, hf_generate, select
 from l1_dense.checkpoint import resolve_model_dir
-from l1_dense.cli import base_parser, load, run_main
-from l1_dense.dense_kv import DenseEngine
-from l1_dense.generate import Generation, check_prompt, greedy_generate
-from l2_gather.engine import GatherEngine
-from l3_paged.engine import PagedEngine
-from l4_sampler.generate import sample_generate
-from l4_sampler.params import SamplingParams
-
-BLOCK_SIZE = 16
-
-
-def stage_engines(model, n_tokens: int):
-    """name -> engine factory, in lesson order. Later stages register here as they are built."""
-    nb = -(-n_tokens // BLOCK_SIZE) + 1
-    return {
-        "l1_dense": lambda: DenseEngine(model, n_tokens),
-        "l2_gather": lambda: GatherEngine(model, nb, BLOCK_SIZE),
-        "l3_paged[torch]": lambda: PagedEngine(model, nb, BLOCK_SIZE, impl="torch", check=True),
-        "l3_paged[triton]": lambda: PagedEngine(model, nb, BLOCK_SIZE, impl="triton", check=True),
-    }
-
-
-def run_stages(model, prompt_ids, max_new_tokens, only=None) -> dict[str, Generation]:
-    n = len(prompt_ids) + max_new_tokens
-    eos = model.cfg.eos_token_ids
-    engines = stage_engines(model, n)
-    runs = {name: (lambda make=make: greedy_generate(make(), prompt_ids, max_new_tokens, eos, keep_logits=True))
-            for name, make in engines.items()}
-    # Stage 4 samples on stage 3's engine; at temperature 0 it must be the same argmax.
-    runs["l4_sampler[t=0]"] = lambda: sample_generate(
-        engines["l3_paged[triton]"](), prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
-        eos, model.cfg.max_position_embeddings, keep_logits=True)
-    return {name: run() for name, run in runs.items() if not only or name in only}
-
-
-def hf_generate(path, prompt_ids, max_new_tokens, device, dtype) -> Generation:
-    """The oracle: transformers' own model class and generate(), on the same checkpoint files."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
-    out = hf.generate(torch.tensor([prompt_ids], device=device), max_new_tokens=max_new_tokens,
-                      do_sample=False, top_k=None, top_p=None, temperature=None,
-                      output_logits=True, return_dict_in_generate=True)
-    ids = out.sequences[0, len(prompt_ids):].tolist()
-    logits = [step[0].float().cpu() for step in out.logits]
-    reason = "length" if len(ids) == max_new_tokens else "eos"
-    return Generation(ids, reason, logits)
-
-
-def compare(ref: Generation, gen: Generation) -> dict:
-    first = next((i for i, (a, b) in enumerate(zip(ref.token_ids, gen.token_ids)) if a != b), None)
-    if first is None and len(ref.token_ids) != len(gen.token_ids):
-        first = min(len(ref.token_ids), len(gen.token_ids))
-    upto = len(ref.token_ids) if first is None else first
-    diff = max((float((a - b).abs().max()) for a, b in zip(ref.logits[:upto], gen.logits[:upto])), default=0.0)
-    margin = None
-    if first is not None and first < len(ref.logits):
-        top2 = ref.logits[first].topk(2).values
-        margin = float(top2[0] - top2[1])
-    return {"identical": first is None, "first_diff": first, "max_logit_diff": diff, "margin_at_diff": margin}
+from l1_dense.cli import base_parser, load, note, run_main
+from l1_dense.generate import check_prompt
 
 
 def main(argv=None) -> int:
     p = base_parser("check_chain", __doc__)
-    p.add_argument("--stages", default=None, help="comma-separated subset of stages to run")
+    p.add_argument("--stages", default=None,
+                   help=f"comma-separated subset of stages to run: {', '.join(STAGES)} (default: all)")
     args = p.parse_args(argv)
+    stages = select(args.stages)             # unknown names fail here, before the model loads
+    if args.json:
+        note("--json is ignored by check_chain.py: it prints a table and a verdict (the smoke scripts take --json).")
     ld = load(args)
     check_prompt(ld.prompt_ids, args.max_new_tokens, ld.model.cfg)
+    t0 = time.perf_counter()
     ref = hf_generate(resolve_model_dir(args.model), ld.prompt_ids, args.max_new_tokens,
                       ld.device, next(ld.model.parameters()).dtype)
-    only = args.stages.split(",") if args.stages else None
-    results = {name: (gen, compare(ref, gen)) for name, gen in
-               run_stages(ld.model, ld.prompt_ids, args.max_new_tokens, only).items()}
+    n, eos, ctx = len(ld.prompt_ids) + args.max_new_tokens, ld.model.cfg.eos_token_ids, ld.model.cfg.max_position_embeddings
+    seconds = {"oracle": time.perf_counter() - t0}
+    results = {}
+    for s in stages:                         # progress on stderr: the Triton rows are slow on a CPU
+        t0 = time.perf_counter()
+        gen = s.generate(s.make_engine(ld.model, n), ld.prompt_ids, args.max_new_tokens, eos, ctx)
+        seconds[s.name] = time.perf_counter() - t0
+        print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)
+        results[s.name] = (gen, compare(ref, gen))
 
     margins = [float(t.topk(2).values[0] - t.topk(2).values[1]) for t in ref.logits]
     print(f"model={ld.label} device={ld.device} dtype={ld.dtype_name} prompt_len={len(ld.prompt_ids)} "
@@ -107,6 +59,10 @@ def main(argv=None) -> int:
               f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
     bad = [n for n, (_, c) in results.items() if not c["identical"]]
     print()
+    print("time (s)   : " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
+    if not results:                          # cannot happen through select(); never say OK over nothing
+        print("chain: NOTHING COMPARED, 0 stages ran")
+        return 1
     if bad:
         print(f"chain: MISMATCH in {', '.join(bad)}")
         return 1

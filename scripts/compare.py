@@ -3,13 +3,15 @@
     python scripts/compare.py --a hf --b "l3_paged[triton]"
     python scripts/compare.py --a l2_gather --b "l3_paged[torch]" --plant-bug transpose
 
-Both sides see the same tokens: the prompt, then side A's greedy continuation fed back one
-token at a time (teacher forcing), so a difference can only come from the implementations.
-Forward hooks on every decoder layer record its output ``[T, hidden]`` at every step; the
-table shows, per layer, the max |diff| and the first position beyond tolerance. The first row
-that fails is where to look: position < prompt length means prefill is already wrong.
+Sides: ``hf`` (transformers) or any stage of the chain (``harness/stages.py``; a stage side uses
+that stage's engine, so ``l4_sampler[t=0]`` runs on stage 3's Triton engine). Both sides see the
+same tokens: the prompt, then side A's own greedy continuation fed back one token at a time
+(teacher forcing), so a difference can only come from the implementations. Forward hooks on
+every decoder layer record its output ``[T, hidden]`` at every step; the table shows, per layer,
+the max |diff| and the first position beyond tolerance. The first row that fails is where to
+look: position < prompt length means prefill is already wrong.
 
-``--plant-bug transpose`` plants, in side B, the bug from the lesson: an extra
+``--plant-bug transpose`` plants, in side B (a stage, not hf), the bug from the lesson: an extra
 ``transpose(0, 1)`` on the attention output before it is flattened for ``o_proj``.
 """
 from __future__ import annotations
@@ -19,11 +21,11 @@ import sys
 import _path  # noqa: F401
 import torch
 
-from check_chain import stage_engines
+from harness.stages import STAGES, hf_generate, hf_model
 from l1_dense.checkpoint import resolve_model_dir
-from l1_dense.cli import base_parser, load, run_main
+from l1_dense.cli import base_parser, load, note, run_main
 from l1_dense.errors import UserError
-from l1_dense.generate import check_prompt, greedy_generate
+from l1_dense.generate import check_prompt
 
 TOL = {"float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}  # atol = rtol, on hidden states
 
@@ -46,24 +48,32 @@ def plant_transpose(kv):
     kv.attend = buggy
 
 
-def hidden_states(side, ld, path, tokens, n_prompt, plant=None):
-    """Per layer, the outputs for all positions: list of [len(tokens) - 1 or len(tokens), hidden]."""
+def check_side(side: str, flag: str) -> None:
+    if side != "hf" and side not in STAGES:
+        raise UserError(f"unknown {flag} {side!r}: choose hf or one of {', '.join(STAGES)}.")
+
+
+def continuation(side, ld, path, n_new) -> list[int]:
+    """Side A's own greedy continuation of the prompt: the tokens both sides are fed."""
+    eos = ld.model.cfg.eos_token_ids
     if side == "hf":
-        from transformers import AutoModelForCausalLM
-        from transformers.utils import logging
-        logging.disable_progress_bar()
-        hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=next(ld.model.parameters()).dtype)
-        hf = hf.to(ld.device).eval()
+        return hf_generate(path, ld.prompt_ids, n_new, ld.device, next(ld.model.parameters()).dtype).token_ids
+    stage = STAGES[side]
+    engine = stage.make_engine(ld.model, len(ld.prompt_ids) + n_new)
+    return stage.generate(engine, ld.prompt_ids, n_new, eos, ld.model.cfg.max_position_embeddings).token_ids
+
+
+def hidden_states(side, ld, path, tokens, n_prompt, plant=None):
+    """Per layer, the outputs at positions 0 .. len(tokens) - 2: list of [len(tokens) - 1, hidden]."""
+    if side == "hf":
+        hf = hf_model(path, ld.device, next(ld.model.parameters()).dtype)
         layers = hf.model.layers
         store = {i: [] for i in range(len(layers))}
         handles = _record(layers, store)
         with torch.no_grad():
             hf(torch.tensor([tokens[:-1]], device=ld.device))
     else:
-        engines = stage_engines(ld.model, len(tokens))
-        if side not in engines:
-            raise UserError(f"unknown side {side!r}: choose hf or one of {', '.join(engines)}")
-        engine = engines[side]()
+        engine = STAGES[side].make_engine(ld.model, len(tokens))
         if plant == "transpose":
             plant_transpose(engine.kv if hasattr(engine, "kv") else engine.pool)
         layers = ld.model.model.layers
@@ -81,19 +91,28 @@ def main(argv=None) -> int:
     p = base_parser("compare", __doc__)
     p.add_argument("--a", default="hf", help="reference side: hf or a stage name (default hf)")
     p.add_argument("--b", default="l3_paged[triton]", help="side under test (default l3_paged[triton])")
-    p.add_argument("--plant-bug", choices=["transpose"], default=None, help="plant a known bug in side B")
-    p.add_argument("--tol", type=float, default=None, help="atol = rtol on hidden states (default by dtype)")
+    p.add_argument("--plant-bug", choices=["transpose"], default=None, help="plant a known bug in side B (a stage)")
+    p.add_argument("--tol", type=float, default=None, help="atol = rtol on hidden states (default by dtype; 0 = exact)")
     args = p.parse_args(argv)
+    check_side(args.a, "--a")
+    check_side(args.b, "--b")
+    if args.plant_bug and args.b == "hf":
+        raise UserError("--plant-bug plants the bug in side B's engine, and hf is the oracle, not an engine of "
+                        "this project: pass a stage as --b, e.g. --b \"l3_paged[torch]\".")
+    if args.json:
+        note("--json is ignored by compare.py: it prints a table and a verdict.")
+    if args.tol is not None and not args.tol >= 0:
+        raise UserError(f"--tol must be a number >= 0 (0 = exact), got {args.tol}.")
     ld = load(args)
     check_prompt(ld.prompt_ids, args.max_new_tokens, ld.model.cfg)
     path = resolve_model_dir(args.model)
     n = len(ld.prompt_ids)
-    cont = greedy_generate(stage_engines(ld.model, n + args.max_new_tokens)["l1_dense"](),
-                           ld.prompt_ids, args.max_new_tokens, ld.model.cfg.eos_token_ids).token_ids
-    tokens = ld.prompt_ids + cont
-    tol = args.tol or TOL[ld.dtype_name]
+    tokens = ld.prompt_ids + continuation(args.a, ld, path, args.max_new_tokens)
+    tol = TOL[ld.dtype_name] if args.tol is None else args.tol
     A = hidden_states(args.a, ld, path, tokens, n)
     B = hidden_states(args.b, ld, path, tokens, n, plant=args.plant_bug)
+    if not A or A[0].shape[0] == 0:          # never print a verdict over nothing
+        raise UserError("no layer outputs were recorded: nothing to compare.")
 
     print(f"A={args.a}  B={args.b}{' (planted bug: ' + args.plant_bug + ')' if args.plant_bug else ''}  "
           f"dtype={ld.dtype_name}  positions={len(tokens) - 1} (prompt {n})  tol={tol:g}")
@@ -108,7 +127,7 @@ def main(argv=None) -> int:
         if pos is not None and first is None:
             first = (i, pos)
     if first is None:
-        print("verdict: no divergence beyond tolerance in any layer")
+        print(f"verdict: no divergence beyond tolerance in any of the {len(A)} layers")
         return 0
     layer, pos = first
     where = "prefill (a prompt position)" if pos < n else f"decode step {pos - n + 1}"

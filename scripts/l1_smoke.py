@@ -5,7 +5,7 @@
 """
 import _path  # noqa: F401  (repo root on sys.path when run as a file)
 
-from l1_dense.cli import base_parser, load, report, run_main
+from l1_dense.cli import Watch, base_parser, load, positive_or_none, report, run_main
 from l1_dense.dense_kv import DenseEngine, default_max_seq_len
 from l1_dense.generate import check_prompt, greedy_generate
 
@@ -17,14 +17,16 @@ def main(argv=None):
     args = p.parse_args(argv)
     ld = load(args)
     cfg = ld.model.cfg
-    max_seq_len = args.max_seq_len or default_max_seq_len(cfg)
-    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, max_seq_len)
+    max_seq_len = positive_or_none("--max-seq-len", args.max_seq_len) or default_max_seq_len(cfg)
+    check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, max_seq_len, "--max-seq-len")
     engine = DenseEngine(ld.model, max_seq_len)
-    gen = greedy_generate(engine, ld.prompt_ids, args.max_new_tokens, cfg.eos_token_ids)
+    watch = Watch(engine, args.max_new_tokens, quiet=args.json)
+    gen = greedy_generate(watch, ld.prompt_ids, args.max_new_tokens, cfg.eos_token_ids)
+    time_line, timing = watch.timing(len(gen.token_ids))
     mib = engine.kv.nbytes / 2**20
     report("l1_dense", ld, gen.token_ids, args.json,
-           extra={"finish_reason": gen.finish_reason, "kv_reserved_bytes": engine.kv.nbytes},
-           lines=[f"finish     : {gen.finish_reason}",
+           extra={"finish_reason": gen.finish_reason, "kv_reserved_bytes": engine.kv.nbytes, **timing},
+           lines=[f"finish     : {gen.finish_reason}", time_line,
                   f"kv memory  : {mib:.2f} MiB reserved up front for max_seq_len={max_seq_len} "
                   f"(holds {engine.cur_len} tokens)"])
 

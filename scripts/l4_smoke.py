@@ -9,12 +9,12 @@ checked against stages 1-3 and the oracle. --max-new-tokens is SamplingParams.ma
 """
 import _path  # noqa: F401
 
-from l1_dense.cli import base_parser, load, report, run_main
+from l1_dense.cli import base_parser, load, note, report, run_main
 from l1_dense.errors import UserError
 from l2_gather.cli import add_paging_args, paged_run
 from l3_paged.engine import PagedEngine
 from l4_sampler.generate import sample_generate
-from l4_sampler.params import SamplingParams
+from l4_sampler.params import GREEDY_EPS, SamplingParams
 from l4_sampler.sampler import Sampler
 
 
@@ -48,6 +48,18 @@ def sampling_params(args) -> SamplingParams:
         logprobs=args.logprobs)
 
 
+def note_ignored(args) -> None:
+    """At temperature 0 the token is the argmax: no noise, no truncation. Say which flags that ignores."""
+    if args.temperature >= GREEDY_EPS:
+        return
+    given = [f"--{k.replace('_', '-')} {v}" for k, v, off in (
+        ("seed", args.seed, None), ("top_k", args.top_k, 0), ("top_p", args.top_p, 1.0), ("min_p", args.min_p, 0.0))
+        if v != off]
+    if given:
+        note(f"{', '.join(given)} ignored at --temperature 0 (greedy: the argmax, no randomness); "
+             "pass --temperature > 0 to sample.")
+
+
 def main(argv=None):
     p = base_parser("l4_sampler", __doc__)
     add_paging_args(p)
@@ -55,6 +67,7 @@ def main(argv=None):
     p.add_argument("--impl", choices=["torch", "triton"], default="triton")
     args = p.parse_args(argv)
     params = sampling_params(args)           # bad values fail here, before the model loads
+    note_ignored(args)
     ld = load(args)
     cfg = ld.model.cfg
     if params.stop and ld.tokenizer is None:

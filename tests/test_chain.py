@@ -2,7 +2,10 @@
 the default device: the interpreter on a CPU, compiled kernels on a GPU)."""
 import pytest
 
+from l1_dense.errors import UserError
+
 from check_chain import main as check_chain
+from harness.stages import STAGES
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
@@ -11,4 +14,30 @@ def test_every_stage_matches_hf_generate_for_20_tokens(family, capsys):
     out = capsys.readouterr().out
     print(out)
     assert rc == 0, out
-    assert "chain: OK" in out and out.count("| yes ") == 5
+    assert "chain: OK" in out and out.count("| yes ") == len(STAGES)
+
+
+@pytest.mark.parametrize("stages", ["l3_paged", "l1_dense,nope", ",", ""])
+def test_check_chain_refuses_unknown_or_no_stage_names_and_lists_the_valid_ones(stages):
+    """`--stages l3_paged` once printed "chain: OK, 0 stage(s)": no verdict over nothing."""
+    with pytest.raises(UserError) as e:
+        check_chain(["--stages", stages])
+    assert all(name in str(e.value) for name in STAGES)
+
+
+def test_every_registered_stage_is_a_compare_side_and_unknown_sides_are_refused():
+    from compare import check_side
+    for name in ["hf", *STAGES]:
+        check_side(name, "--b")
+    with pytest.raises(UserError, match="l4_sampler"):
+        check_side("l5", "--b")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--b", "hf", "--plant-bug", "transpose"], "pass a stage as --b"),
+    (["--tol", "-1"], "--tol must be a number >= 0"),
+])
+def test_compare_refuses_what_it_cannot_do(argv, needle):
+    from compare import main as compare_main
+    with pytest.raises(UserError, match=needle):
+        compare_main(argv)

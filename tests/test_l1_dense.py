@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from check_chain import hf_generate, run_stages
+from harness.stages import hf_generate, run_stages
 from l1_dense.checkpoint import load_model
 from l1_dense.config import ModelConfig
 from l1_dense.errors import UserError

@@ -10,7 +10,9 @@ import torch
 import l3_paged  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
 from l1_dense.errors import UserError
 from l3_paged.attention_ref import paged_attention_ref
-from l3_paged.attention_triton import KernelConfig, make_paged_batch, paged_attention_triton
+from l3_paged.attention_triton import paged_attention_triton
+from l3_paged.kernel_config import KernelConfig
+from l3_paged.paged_batch import make_paged_batch
 from l3_paged.validate import validate_paged_inputs
 
 CUDA = torch.cuda.is_available()

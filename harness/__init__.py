@@ -1,0 +1,1 @@
+"""Project tooling shared by the scripts and tests: the stage registry, the HF oracle, comparisons."""

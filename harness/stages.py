@@ -1,0 +1,124 @@
+"""The stage registry: every stage built so far, in lesson order, as one runnable entry each.
+
+A stage entry is a name, an engine factory and a generate function:
+
+    make_engine(model, n_tokens) -> engine      # .prefill(ids) / .decode(tok) -> logits [V]
+    generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation (logits kept)
+
+``scripts/check_chain.py`` runs every entry against the oracle (:func:`hf_generate`) and
+``scripts/compare.py`` uses any entry's engine as a side. A new stage is one more call at the
+end of this file, e.g. ``register("l5_scheduler", make_engine, generate)``; the order of
+registration is the order of the table, and check_chain, compare and the tests pick it up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from l1_dense.dense_kv import DenseEngine
+from l1_dense.errors import UserError
+from l1_dense.generate import Generation, greedy_generate
+from l2_gather.engine import GatherEngine
+from l3_paged.engine import PagedEngine
+from l4_sampler.generate import sample_generate
+from l4_sampler.params import SamplingParams
+
+BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    make_engine: Callable          # (model, n_tokens) -> engine
+    generate: Callable             # (engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(name: str, make_engine: Callable, generate: Callable | None = None) -> Stage:
+    """Add a stage (``generate`` defaults to lesson 1's greedy loop)."""
+    if name in STAGES:
+        raise ValueError(f"stage {name!r} is already registered")
+    STAGES[name] = Stage(name, make_engine, generate or _greedy)
+    return STAGES[name]
+
+
+def _greedy(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    return greedy_generate(engine, prompt_ids, max_new_tokens, eos_ids, keep_logits=True)
+
+
+def _blocks(n_tokens: int) -> int:
+    return -(-n_tokens // BLOCK_SIZE) + 1
+
+
+def _sample_t0(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    # Stage 4 samples on stage 3's engine; at temperature 0 it must be the same argmax.
+    return sample_generate(engine, prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
+                           eos_ids, max_model_len, keep_logits=True)
+
+
+register("l1_dense", lambda model, n: DenseEngine(model, n))
+register("l2_gather", lambda model, n: GatherEngine(model, _blocks(n), BLOCK_SIZE))
+register("l3_paged[torch]", lambda model, n: PagedEngine(model, _blocks(n), BLOCK_SIZE, impl="torch", check=True))
+register("l3_paged[triton]", lambda model, n: PagedEngine(model, _blocks(n), BLOCK_SIZE, impl="triton", check=True))
+register("l4_sampler[t=0]", STAGES["l3_paged[triton]"].make_engine, _sample_t0)
+
+
+def select(names: str | None) -> list[Stage]:
+    """``"a,b"`` -> those stages in registry order; None -> all. Unknown or no names: UserError."""
+    if names is None:
+        return list(STAGES.values())
+    asked = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in asked if n not in STAGES]
+    if unknown:
+        raise UserError(f"unknown stage(s) {', '.join(map(repr, unknown))}: choose from {', '.join(STAGES)} "
+                        "(quote names with brackets in the shell).")
+    if not asked:
+        raise UserError(f"--stages names no stage: choose from {', '.join(STAGES)}.")
+    return [s for s in STAGES.values() if s.name in asked]
+
+
+def run_stages(model, prompt_ids, max_new_tokens, only=None) -> dict[str, Generation]:
+    """Run each stage (all, or the names in ``only``) on the same prompt; logits are kept."""
+    n = len(prompt_ids) + max_new_tokens
+    eos = model.cfg.eos_token_ids
+    stages = select(",".join(only)) if only is not None else list(STAGES.values())
+    return {s.name: s.generate(s.make_engine(model, n), prompt_ids, max_new_tokens, eos,
+                               model.cfg.max_position_embeddings) for s in stages}
+
+
+def hf_model(path, device, dtype):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
+
+
+def hf_generate(path, prompt_ids, max_new_tokens, device, dtype) -> Generation:
+    """The oracle: transformers' own model class and generate(), on the same checkpoint files."""
+    hf = hf_model(path, device, dtype)
+    out = hf.generate(torch.tensor([prompt_ids], device=device), max_new_tokens=max_new_tokens,
+                      do_sample=False, top_k=None, top_p=None, temperature=None,
+                      output_logits=True, return_dict_in_generate=True)
+    ids = out.sequences[0, len(prompt_ids):].tolist()
+    logits = [step[0].float().cpu() for step in out.logits]
+    reason = "length" if len(ids) == max_new_tokens else "stop"     # vLLM's finish_reason names
+    return Generation(ids, reason, logits)
+
+
+def compare(ref: Generation, gen: Generation) -> dict:
+    """Tokens identical?, first differing step, max |logit diff| before it, oracle's top-1 margin there."""
+    first = next((i for i, (a, b) in enumerate(zip(ref.token_ids, gen.token_ids)) if a != b), None)
+    if first is None and len(ref.token_ids) != len(gen.token_ids):
+        first = min(len(ref.token_ids), len(gen.token_ids))
+    upto = len(ref.token_ids) if first is None else first
+    diff = max((float((a - b).abs().max()) for a, b in zip(ref.logits[:upto], gen.logits[:upto])), default=0.0)
+    margin = None
+    if first is not None and first < len(ref.logits):
+        top2 = ref.logits[first].topk(2).values
+        margin = float(top2[0] - top2[1])
+    return {"identical": first is None, "first_diff": first, "max_logit_diff": diff, "margin_at_diff": margin}
