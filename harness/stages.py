@@ -33,16 +33,17 @@ class Stage:
     name: str
     make_engine: Callable          # (model, n_tokens) -> engine
     generate: Callable             # (engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation
+    layerwise: bool = True         # engine.prefill/.decode run one sequence: compare.py can hook its layers
 
 
 STAGES: dict[str, Stage] = {}
 
 
-def register(name: str, make_engine: Callable, generate: Callable | None = None) -> Stage:
+def register(name: str, make_engine: Callable, generate: Callable | None = None, layerwise: bool = True) -> Stage:
     """Add a stage (``generate`` defaults to lesson 1's greedy loop)."""
     if name in STAGES:
         raise ValueError(f"stage {name!r} is already registered")
-    STAGES[name] = Stage(name, make_engine, generate or _greedy)
+    STAGES[name] = Stage(name, make_engine, generate or _greedy, layerwise)
     return STAGES[name]
 
 
@@ -65,6 +66,33 @@ register("l2_gather", lambda model, n: GatherEngine(model, _blocks(n), BLOCK_SIZ
 register("l3_paged[torch]", lambda model, n: PagedEngine(model, _blocks(n), BLOCK_SIZE, impl="torch", check=True))
 register("l3_paged[triton]", lambda model, n: PagedEngine(model, _blocks(n), BLOCK_SIZE, impl="triton", check=True))
 register("l4_sampler[t=0]", STAGES["l3_paged[triton]"].make_engine, _sample_t0)
+
+
+def _l5_engine(model, n_tokens):
+    """Stage 5 with the smoke script's mixed workload (l5_scheduler/demo.py): small budget, small
+    pool (grown only if this request alone would not fit), so the prompt is chunked and preempted."""
+    from l5_scheduler import demo
+    from l5_scheduler.config import make_config
+    from l5_scheduler.engine import LLMEngine
+    blocks = max(demo.NUM_BLOCKS, -(-max(n_tokens, 96) // demo.BLOCK_SIZE))
+    cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=demo.BLOCK_SIZE,
+                      num_gpu_blocks_override=blocks, max_num_batched_tokens=demo.BUDGET)
+    return LLMEngine(model, None, cfg, impl="triton", check=True, keep_logits=True)
+
+
+def _l5_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    """The prompt served together with the demo's other requests; its own tokens and logits."""
+    from l5_scheduler import demo
+    extras = demo.extra_prompts(None, engine.model.cfg.vocab_size)
+    rid, _ = demo.add_demo_requests(engine, prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
+                                    extras)
+    while engine.has_unfinished_requests():
+        engine.step()
+    req = engine.requests[rid]
+    return Generation(list(req.output_ids), req.finish_reason, req.logits)
+
+
+register("l5_scheduler", _l5_engine, _l5_generate, layerwise=False)
 
 
 def select(names: str | None) -> list[Stage]:

@@ -51,6 +51,10 @@ def plant_transpose(kv):
 def check_side(side: str, flag: str) -> None:
     if side != "hf" and side not in STAGES:
         raise UserError(f"unknown {flag} {side!r}: choose hf or one of {', '.join(STAGES)}.")
+    if side != "hf" and not STAGES[side].layerwise:
+        raise UserError(f"{flag} {side!r} serves a whole batch: its layers see other requests' rows too, so they "
+                        "cannot be lined up position by position. Compare l4_sampler[t=0] (the engine it batches), "
+                        "and check its tokens with check_chain.py.")
 
 
 def continuation(side, ld, path, n_new) -> list[int]:

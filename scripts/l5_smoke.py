@@ -11,14 +11,18 @@ prefilled in chunks, and the pool runs out so that a request is preempted and re
 usual prompt's tokens must still equal stage 4's. Every l4_smoke flag works here and applies to
 every request (the others keep their own max_tokens); --num-blocks is num_gpu_blocks_override.
 """
+import sys
+import time
+
 import _path  # noqa: F401
-from l1_dense.cli import base_parser, load, report, run_main
+from l1_dense.cli import base_parser, load, positive_or_none, report, run_main
 from l1_dense.errors import UserError
-from l4_smoke import add_sampling_args, sampling_params
+from l4_smoke import add_sampling_args, note_ignored, sampling_params
 from l5_scheduler.config import bytes_per_block, make_config
 from l5_scheduler.demo import BLOCK_SIZE, BUDGET, EXTRAS, NUM_BLOCKS, add_demo_requests, extra_prompts
 from l5_scheduler.engine import LLMEngine
 from l5_scheduler.outputs import StepStats
+from l5_scheduler.request import RequestStatus
 
 def add_engine_args(p):
     g = p.add_argument_group("engine (vLLM names)")
@@ -46,6 +50,9 @@ def main(argv=None):
     add_engine_args(p)
     args = p.parse_args(argv)
     params = sampling_params(args)           # bad values fail here, before the model loads
+    note_ignored(args)
+    for flag in ("--block-size", "--num-blocks", "--max-num-batched-tokens", "--max-num-seqs", "--max-model-len"):
+        positive_or_none(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.trace_meta and not args.trace:
         raise UserError("--trace-meta prints inside the trace: add --trace.")
     ld = load(args)
@@ -56,24 +63,34 @@ def main(argv=None):
     engine = LLMEngine(ld.model, ld.tokenizer, config, impl=args.impl)
     extras = extra_prompts(ld.tokenizer, cfg.vocab_size, args.extra_requests)
     rid, ids = add_demo_requests(engine, ld.prompt_ids, params, extras)
+    t0 = last = time.perf_counter()
     while engine.has_unfinished_requests():
         engine.step()
         if args.trace:
             print("trace      : " + engine.stats[-1].line())
             if args.trace_meta:
                 print_meta(engine.last_meta)
+        now = time.perf_counter()
+        if not args.json and not args.trace and now - last >= 10:   # the interpreter is slow on a CPU
+            last = now
+            done = sum(r.status == RequestStatus.FINISHED for r in engine.requests.values())
+            print(f"  ... step {len(engine.stats)}, {done}/{len(engine.requests)} requests done, {now - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - t0
     out = engine.output(rid)
     comp = out.outputs[0]
     stats: list[StepStats] = engine.stats
     preemptions = sum(len(s.preempted) for s in stats)
     chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if n < plen})
+    n_out = sum(len(r.output_ids) for r in engine.requests.values())
     bpb = bytes_per_block(cfg, config.block_size, next(ld.model.parameters()).dtype)
     peak = max(s.blocks_used for s in stats)
     from l1_dense.dense_kv import default_max_seq_len
     stage1 = default_max_seq_len(cfg) * bpb // config.block_size * len(engine.requests)
     extra = {"finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason, "seed": params.seed,
              "temperature": params.temperature, "kv_pool_bytes": config.num_blocks * bpb, "kv_used_bytes": peak * bpb,
-             "kv_stage1_bytes": stage1, "steps": len(stats), "preemptions": preemptions, "chunked_prefills": chunked,
+             "kv_stage1_bytes": stage1, "elapsed_s": round(seconds, 3), "tokens_per_s": round(n_out / seconds, 3),
+             "steps": len(stats), "preemptions": preemptions, "chunked_prefills": chunked,
              "requests": [{"request_id": i, "prompt_ids": engine.output(i).prompt_token_ids,
                            "token_ids": engine.output(i).outputs[0].token_ids,
                            "finish_reason": engine.output(i).outputs[0].finish_reason,
@@ -85,7 +102,9 @@ def main(argv=None):
         o = engine.output(i)
         lines.append(f"request {i:<3}: prompt {len(o.prompt_token_ids):>3} tok -> {o.outputs[0].token_ids} "
                      f"({o.outputs[0].finish_reason}, preempted {o.num_preemptions}x)")
-    lines += [f"schedule   : {len(stats)} steps, budget {config.max_num_batched_tokens} tokens/step, "
+    lines += [f"time       : {seconds:.1f} s for {n_out} new tokens of {len(engine.requests)} requests, "
+              f"{n_out / seconds:.1f} tokens/s (loading not included)",
+              f"schedule   : {len(stats)} steps, budget {config.max_num_batched_tokens} tokens/step, "
               f"{preemptions} preemption(s), chunked prefills: {', '.join(chunked) or 'none'}",
               f"kv pool    : {config.num_blocks} blocks x {config.block_size} tokens = {config.num_blocks * bpb / 2**20:.3f} MiB, "
               f"peak {peak} blocks in use ({len(engine.requests)} requests; stage 1 would reserve {stage1 / 2**20:.2f} MiB)"]

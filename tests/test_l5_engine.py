@@ -4,7 +4,7 @@ preemption; bad requests fail alone; the API returns what vLLM's does."""
 import pytest
 import torch
 
-from check_chain import hf_generate
+from harness.stages import hf_generate
 from l1_dense.errors import UserError
 from l1_dense.runtime import default_device
 from l3_paged.engine import PagedEngine
