@@ -34,8 +34,14 @@ def pick_config(max_seqlen_q: int, num_tokens: int, num_seqs: int, g_pad: int, d
     * head_dim 256: 64 x 32 tiles to fit registers (not tuned).
     * float32 dots run on CUDA cores (input_precision="ieee"): 16 x 16 tiles, the largest that
       do not spill registers at D = 128..256 (ptxas -v, sm_90).
+    * the Triton interpreter (CPU): every program and every tl op is a NumPy call, so cost grows
+      with the number of programs and key steps, not with tile size. One fixed 64-row x 128-key
+      tile, whatever the batch: 2-4x faster than the GPU's float32 tiles on CPU (measured on the
+      tiny models), and a sequence's result cannot depend on its batch neighbours through tiling.
     """
     min_q = max(1, 16 // g_pad)                          # tl.dot needs M >= 16 rows
+    if INTERPRET:
+        return KernelConfig(max(min_q, 64 // g_pad), block_n=128, num_warps=4, num_stages=2)
 
     def tokens(rows):                                    # query tokens per tile, no more than needed
         return max(min_q, min(triton.next_power_of_2(max_seqlen_q), max(1, rows // g_pad)))
