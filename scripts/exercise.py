@@ -4,7 +4,7 @@
     python scripts/exercise.py l2 --reference     # the same tests on the project's reference
     python scripts/exercise.py l2 -- -x           # anything after -- goes to pytest
 
-Sets LESSONS_LEARNER=<lesson> (see l1_dense/exercise.py) before anything of the project is
+Sets LESSONS_LEARNER=<lesson> (see l1_dense/exercise.py) before any stage module with a hook is
 imported, runs the tests listed in the exercise file's TESTS with pytest, in this process, and
 ends with one verdict line: ``verdict: PASS, 7 of 7 tests passed`` or ``verdict: FAIL, ...``.
 Exit status 0 on PASS, 1 otherwise.
@@ -17,12 +17,15 @@ import os
 import sys
 from pathlib import Path
 
+import _path  # noqa: F401
+
+from l1_dense.exercise import ENV, exercises_dir   # reading the variable happens later, at each hook
+
 ROOT = Path(__file__).resolve().parent.parent
-ENV, DIR_ENV = "LESSONS_LEARNER", "LESSONS_EXERCISES_DIR"   # the names l1_dense/exercise.py reads
 
 
 def exercise_file(lesson: str) -> Path:
-    folder = Path(os.environ.get(DIR_ENV) or ROOT / "exercises")
+    folder = exercises_dir()
     found = sorted(folder.glob(f"{lesson.split('_')[0]}_*.py"))
     if len(found) != 1:
         known = ", ".join(sorted(p.stem.split("_")[0] for p in folder.glob("l*_*.py")))
