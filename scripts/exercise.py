@@ -66,11 +66,13 @@ def verdict(outcomes: dict[str, str], rc: int) -> tuple[bool, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="exercise", description=__doc__,
+    p = argparse.ArgumentParser(prog="exercise", description=__doc__, usage="%(prog)s LESSON [--reference] [-- PYTEST_ARGS ...]",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("lesson", help="l1, l2, l3, l4 (one file in exercises/ each)")
     p.add_argument("--reference", action="store_true", help="run the same tests on the project's reference")
-    p.add_argument("pytest_args", nargs="*", help="after --: extra pytest arguments")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    argv, pytest_args = argv[:cut], argv[cut + 1:]      # after --: extra pytest arguments
     args = p.parse_args(argv)
     path = exercise_file(args.lesson)
     lesson = path.stem.split("_")[0]
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
     import pytest   # after the variable is set: the tests import the stage code, which reads it
     plugin = Outcomes()
     rc = int(pytest.main(["-q", "--tb=short", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
-                          *[str(ROOT / t) for t in tests], *args.pytest_args], plugins=[plugin]))
+                          *[str(ROOT / t) for t in tests], *pytest_args], plugins=[plugin]))
     ok, line = verdict(plugin.by_test, rc)
     used = [k for k, v in getattr(sys.modules.get("l1_dense.exercise"), "USED", {}).items()
             if Path(v).resolve() == path.resolve()]
