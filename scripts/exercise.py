@@ -66,8 +66,8 @@ def verdict(outcomes: dict[str, str], rc: int) -> tuple[bool, str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="exercise", description=__doc__, usage="%(prog)s LESSON [--reference] [-- PYTEST_ARGS ...]",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="exercise", usage="%(prog)s LESSON [--reference] [-- PYTEST_ARGS ...]",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("lesson", help="l1, l2, l3, l4 (one file in exercises/ each)")
     p.add_argument("--reference", action="store_true", help="run the same tests on the project's reference")
     argv = sys.argv[1:] if argv is None else list(argv)
