@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from .exercise import learner_can_replace
 
 
 class RMSNorm(nn.Module):
@@ -69,6 +70,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+@learner_can_replace  # lesson 1's build-it exercise: exercises/l1_dense.py
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [T, H, D], cos/sin [T, D] -> [T, H, D] (the 'rotate half' convention of HF checkpoints)."""
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]

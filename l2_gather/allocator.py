@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from l1_dense.exercise import learner_can_replace
+
 
 class OutOfBlocks(RuntimeError):
     """No free block is left for a reservation. Nothing was allocated by the failed call."""
@@ -30,6 +32,13 @@ class Request:
     slot_indices: list[int] = field(default_factory=list)  # flat slot of each logical position
     cur_len: int = 0                                       # tokens whose K/V are in the pool
     freed: bool = False
+
+
+@learner_can_replace  # lesson 2's build-it exercise: exercises/l2_gather.py
+def slot_index(blocks: list[int], block_size: int, i: int) -> int:
+    """Flat pool slot of logical position ``i``: its block's physical id times the block size,
+    plus its offset inside the block (``blocks`` is the request's block list, in logical order)."""
+    return blocks[i // block_size] * block_size + i % block_size
 
 
 class BlockAllocator:
@@ -60,9 +69,8 @@ class BlockAllocator:
             b = self._free.popleft()
             self._owner[b] = req
             req.blocks.append(b)
-        bs = self.block_size
         for i in range(len(req.slot_indices), n):
-            req.slot_indices.append(req.blocks[i // bs] * bs + i % bs)
+            req.slot_indices.append(slot_index(req.blocks, self.block_size, i))
 
     def free(self, req: Request) -> None:
         """Return every block of ``req``. Checks first, then mutates: an error changes nothing."""

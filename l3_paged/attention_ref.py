@@ -28,6 +28,17 @@ from __future__ import annotations
 
 import torch
 
+from l1_dense.exercise import learner_can_replace
+
+
+@learner_can_replace  # lesson 3's build-it exercise: exercises/l3_paged.py
+def visible_keys(q_len: int, kv_len: int, device) -> torch.Tensor:
+    """``[q_len, kv_len]`` bool: may query i (0-based among the sequence's q_len new tokens) see key j?
+    Bottom-right causal: query i sits at absolute position kv_len - q_len + i and sees keys 0..that."""
+    q_pos = torch.arange(q_len, device=device) + (kv_len - q_len)  # [q_len]
+    k_pos = torch.arange(kv_len, device=device)                    # [kv_len]
+    return k_pos[None, :] <= q_pos[:, None]                        # [q_len, kv_len]
+
 
 def paged_attention_ref(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *, scale=None):
     """Reference paged attention. Returns ``[T, H_q, D]`` in ``q.dtype``; computes in float32."""
@@ -63,9 +74,7 @@ def paged_attention_ref(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_ta
         #    (query i sees keys 0..i). That is only right when q_len == kv_len. For a decode step
         #    (q_len=1) it would let the new token see key 0 only; for a chunk on cached context it
         #    hides most of the context. Absolute position of query i is kv_len - q_len + i.
-        q_pos = torch.arange(q_len, device=q.device) + (kv_len - q_len)  # [q_len]
-        k_pos = torch.arange(kv_len, device=q.device)                    # [kv_len]
-        visible = k_pos[None, :] <= q_pos[:, None]                       # [q_len, kv_len]
+        visible = visible_keys(q_len, kv_len, q.device)                  # [q_len, kv_len] bool
         scores = scores.masked_fill(~visible, float("-inf"))
 
         # 4. Softmax over keys and weighted sum of values.

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from l1_dense.errors import UserError
+from l1_dense.exercise import learner_can_replace
 
 from .params import SamplingParams
 
@@ -150,6 +151,15 @@ def apply_min_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     return z.masked_fill(probs < threshold, NEG_INF)
 
 
+@learner_can_replace  # lesson 4's build-it exercise: exercises/l4_sampler.py
+def top_p_keep(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """probs [B, V] sorted descending per row, top_p [B, 1] -> keep [B, V] bool: a token is kept
+    when the mass strictly before it is < top_p (so rank 0 always is); top_p >= 1 keeps all."""
+    mass_before = probs.cumsum(-1) - probs                           # exclusive prefix sum
+    # p == 1 is "off": float cumsum can pass 1.0 early and would cut real tail tokens.
+    return (mass_before < top_p) | (top_p >= 1.0)                    # rank 0 has mass 0: kept
+
+
 def apply_top_k_top_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     """Step 5. top-k by rank, then top-p on the renormalised top-k (vLLM's order)."""
     B, V = z.shape
@@ -163,9 +173,7 @@ def apply_top_k_top_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     rank = torch.arange(V, device=z.device)[None, :]                 # [1, V]
     keep = rank < k                                                  # top-k: exactly k ranks
     probs = sorted_z.masked_fill(~keep, NEG_INF).softmax(-1)         # [B, V] renormalised
-    mass_before = probs.cumsum(-1) - probs                           # exclusive prefix sum
-    # p == 1 is "off": float cumsum can pass 1.0 early and would cut real tail tokens.
-    keep &= (mass_before < p) | (p >= 1.0)                           # rank 0 has mass 0: kept
+    keep &= top_p_keep(probs, p)                                     # [B, V] nucleus, sorted order
     keep = torch.empty_like(keep).scatter_(1, order, keep)           # back to token order
     return z.masked_fill(~keep, NEG_INF)
 

@@ -27,10 +27,14 @@ def test_check_chain_refuses_unknown_or_no_stage_names_and_lists_the_valid_ones(
 
 def test_every_registered_stage_is_a_compare_side_and_unknown_sides_are_refused():
     from compare import check_side
-    for name in ["hf", *STAGES]:
+    for name in ["hf", *(n for n, s in STAGES.items() if s.layerwise)]:
         check_side(name, "--b")
     with pytest.raises(UserError, match="l4_sampler"):
         check_side("l5", "--b")
+    batch_only = [n for n, s in STAGES.items() if not s.layerwise]
+    assert batch_only == ["l5_scheduler"]
+    with pytest.raises(UserError, match="serves a whole batch"):
+        check_side("l5_scheduler", "--b")
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -1,0 +1,180 @@
+"""The lessons' exercises stay true: each break-it breaks what the lesson says, each build-it stub
+fails its tests as shipped, and the mechanism swaps in a learner's function only when asked.
+
+Every lesson has an ``## Exercises`` section with a ``### Break it`` and a ``### Build it``
+subsection (format: exercises/README.md). The tests read the edit, the commands and the quoted
+output from the lesson itself, so the text cannot drift from the code.
+"""
+import importlib
+import os
+import pkgutil
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from l1_dense import exercise
+from l1_dense.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = sorted(p.stem for p in (ROOT / "exercises").glob("l*_*.py"))
+FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")
+
+
+def _section(lesson, title):
+    """The text of the lesson's '### <title>' subsection inside '## Exercises'."""
+    text = (ROOT / "lessons" / f"{lesson}.md").read_text()
+    assert "\n## Exercises\n" in text, f"lessons/{lesson}.md has no '## Exercises' section"
+    ex = text.split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
+    sub = re.search(rf"\n### {title}[^\n]*\n(.*?)(?=\n### |\Z)", ex, re.S)
+    assert sub, f"lessons/{lesson}.md's Exercises section has no '### {title}' subsection"
+    return sub.group(1)
+
+
+def _runs(section):
+    """Quoted runs: fenced blocks whose first line is '$ <command>' -> (command, expected lines)."""
+    out = []
+    for lang, body in FENCE.findall(section):
+        lines = body.rstrip("\n").splitlines()
+        if not lang and lines and lines[0].startswith("$ "):
+            out.append((lines[0][2:], [ln for ln in lines[1:] if ln.strip() and ln.strip() != "..."]))
+    return out
+
+
+def _run(command, cwd, env_extra=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k not in (exercise.ENV, exercise.DIR_ENV)}
+    env.update(env_extra or {})
+    argv = [sys.executable if a == "python" else a for a in shlex.split(command)]
+    r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stdout + r.stderr
+
+
+def _assert_quoted(lines, out, where):
+    """Each quoted line is a whole output line; one ending in ' | ...' (float columns elided,
+    their last digits vary by machine) is the start of an output line."""
+    printed = out.splitlines()
+    for ln in lines:
+        ok = (any(p.startswith(ln[:-4]) for p in printed) if ln.endswith(" ...") else ln in printed)
+        assert ok, f"{where} quotes {ln!r}; the command printed:\n{out}"
+
+
+# --- break it -----------------------------------------------------------------------------------
+@cpu_only
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_break_it_edit_makes_the_checker_print_what_the_lesson_quotes(lesson, tmp_path):
+    sec = _section(lesson, "Break it")
+    path = re.search(r"In `([\w/]+\.py)`", sec).group(1)
+    code = [body for lang, body in FENCE.findall(sec) if lang == "python"]
+    assert len(code) >= 2, f"{lesson}: the break-it needs the old and the new line(s) as two ```python blocks"
+    old, new = code[0], code[1]
+    assert f"git checkout -- {path}" in sec, f"{lesson}: the break-it must say how to undo it"
+    source = (ROOT / path).read_text()
+    assert source.count(old) == 1, f"{lesson}.md tells the learner to change these lines of {path}, " \
+                                   f"which it no longer contains exactly once:\n{old}"
+    repo = tmp_path / "repo"
+    for d in ROOT.iterdir():            # the packages (stages, tooling), the scripts, the exercises
+        if d.is_dir() and ((d / "__init__.py").exists() or d.name in ("scripts", "exercises")):
+            shutil.copytree(d, repo / d.name, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / path).write_text(source.replace(old, new))
+    runs = _runs(sec)
+    assert runs, f"{lesson}: the break-it quotes no '$ command' block"
+    command, quoted = runs[0]
+    rc, out = _run(command, repo)
+    assert rc != 0, f"{lesson}: after the edit, `{command}` still passes:\n{out}"
+    _assert_quoted(quoted, out, f"lessons/{lesson}.md (break it)")
+
+
+# --- build it -----------------------------------------------------------------------------------
+def _verdicts(lesson):
+    sec = _section(lesson, "Build it")
+    runs = [(cmd, lines) for cmd, lines in _runs(sec) if cmd.startswith("python scripts/exercise.py")]
+    assert len(runs) == 2, f"{lesson}: the build-it quotes two exercise.py runs: the stub's and a correct one's"
+    (cmd, before), (cmd2, after) = runs
+    assert cmd == cmd2 == f"python scripts/exercise.py {lesson.split('_')[0]}"
+    return cmd, before[-1], after[-1]
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_build_it_stub_fails_as_shipped_with_the_quoted_verdict(lesson):
+    """The stub raises NotImplementedError, so every test of the exercise fails; a correct version
+    passes the same N tests (the suite itself runs them on the reference, and they pass)."""
+    cmd, before, after = _verdicts(lesson)
+    rc, out = _run(cmd, ROOT)
+    assert rc == 1, f"the shipped stub exercises/{lesson}.py does not fail its tests (solved it? " \
+                    f"`git checkout -- exercises/{lesson}.py` restores the stub):\n{out[-3000:]}"
+    assert f"\n{before}\n" in out, f"lessons/{lesson}.md quotes {before!r} for the stub; got:\n{out[-3000:]}"
+    n = re.fullmatch(r"verdict: FAIL, (\d+) of \1 tests failed", before)
+    assert n, f"the stub must fail every test of the exercise, the lesson says {before!r}"
+    assert "NotImplementedError" in out
+    assert after == f"verdict: PASS, {n.group(1)} of {n.group(1)} tests passed"
+
+
+def test_a_correct_learner_file_passes_through_the_mechanism(tmp_path):
+    """End to end on the cheapest exercise: a learner file that is right (it hands back the
+    reference) gives the lesson's 'after' verdict, and the script confirms the file was used."""
+    lesson = "l4_sampler"
+    stub = (ROOT / "exercises" / f"{lesson}.py").read_text()
+    (tmp_path / f"{lesson}.py").write_text(
+        "from l1_dense.exercise import HOOKS\n"
+        "top_p_keep = HOOKS['l4_sampler.sampler.top_p_keep']\n" + stub[stub.index("TESTS = "):])
+    cmd, _, after = _verdicts(lesson)
+    rc, out = _run(cmd, ROOT, {exercise.DIR_ENV: str(tmp_path)})
+    assert rc == 0 and f"\n{after}\n" in out, out[-3000:]
+
+
+# --- the mechanism itself (in process, fast) ---------------------------------------------------
+def _fake(name="slot_fn", module="l9_fake.part"):
+    def reference():
+        return "reference"
+    reference.__name__, reference.__module__ = name, module
+    return reference
+
+
+def test_no_variable_means_the_reference_object_itself(monkeypatch):
+    monkeypatch.delenv(exercise.ENV, raising=False)
+    ref = _fake()
+    assert exercise.learner_can_replace(ref) is ref
+
+
+def test_named_lesson_takes_the_learner_function_and_others_keep_theirs(monkeypatch, tmp_path):
+    (tmp_path / "l9_fake.py").write_text("def slot_fn():\n    return 'learner'\n")
+    (tmp_path / "l8_other.py").write_text("")
+    monkeypatch.setenv(exercise.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(exercise.ENV, "l9")
+    monkeypatch.delitem(sys.modules, "_learner_l9_fake", raising=False)
+    assert exercise.learner_can_replace(_fake())() == "learner"
+    other = _fake(module="l8_other.part")
+    assert exercise.learner_can_replace(other) is other
+    monkeypatch.delitem(sys.modules, "_learner_l9_fake")
+
+
+@pytest.mark.parametrize("value,files,needle", [
+    ("l7", ["l9_fake.py"], "names l7, which has no file"),
+    ("l9", ["l9_fake.py"], "has no function slot_fn()"),
+])
+def test_bad_selection_is_a_clear_error(monkeypatch, tmp_path, value, files, needle):
+    for f in files:
+        (tmp_path / f).write_text("def other():\n    pass\n")
+    monkeypatch.setenv(exercise.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(exercise.ENV, value)
+    monkeypatch.delitem(sys.modules, "_learner_l9_fake", raising=False)
+    with pytest.raises(UserError, match=re.escape(needle)):
+        exercise.learner_can_replace(_fake())
+    monkeypatch.delitem(sys.modules, "_learner_l9_fake", raising=False)
+
+
+def test_every_exercise_file_names_a_hook_of_its_stage():
+    """Each stub defines a function that its stage marks @learner_can_replace."""
+    for lesson in LESSONS:
+        for m in pkgutil.iter_modules([str(ROOT / lesson)]):      # import the whole stage: every
+            importlib.import_module(f"{lesson}.{m.name}")          # hook registers itself
+        hooks = {k.rsplit(".", 1)[1] for k in exercise.HOOKS if k.startswith(lesson + ".")}
+        text = (ROOT / "exercises" / f"{lesson}.py").read_text()
+        defined = set(re.findall(r"^def (\w+)\(", text, re.M))
+        assert hooks and hooks <= defined, f"exercises/{lesson}.py defines {defined}, the stage's hooks are {hooks}"
