@@ -25,9 +25,29 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from l1_dense.exercise import learner_can_replace
 from l2_gather.allocator import BlockAllocator, OutOfBlocks
 
 from .request import KVBlocks, Request, RequestStatus
+
+
+@learner_can_replace  # lesson 5's build-it exercise: exercises/l5_scheduler.py
+def reserve_or_preempt(alloc: BlockAllocator, running: list[Request], req: Request, n: int, preempt) -> bool:
+    """Blocks for ``req``'s next ``n`` tokens, preempting the youngest running requests until they fit.
+
+    Reserve room for ``num_computed_tokens + n`` tokens. While the pool is short, take the most
+    recently admitted request off the end of ``running`` and ``preempt`` it (frees its blocks,
+    requeues it). Returns False when ``req`` itself had to go (it cannot run this step).
+    """
+    while True:
+        try:
+            alloc.reserve(req.kv, req.num_computed_tokens + n)
+            return True
+        except OutOfBlocks:
+            victim = running.pop()                            # most recently admitted
+            preempt(victim)
+            if victim is req:
+                return False
 
 
 @dataclass
@@ -95,16 +115,10 @@ class Scheduler:
         return out
 
     def _reserve_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
-        while True:
-            try:
-                self.alloc.reserve(req.kv, req.num_computed_tokens + n)
-                return True
-            except OutOfBlocks:
-                victim = self.running.pop()                   # most recently admitted
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is req:
-                    return False
+        def preempt(victim):
+            self._preempt(victim)
+            out.preempted.append(victim)
+        return reserve_or_preempt(self.alloc, self.running, req, n, preempt)
 
     def _preempt(self, req: Request) -> None:
         self.alloc.free(req.kv)
