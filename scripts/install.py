@@ -6,13 +6,13 @@ virtualenv's python, or PY=...). Standard library only: it runs before anything 
 Steps, each announced on one line starting with `install:` before pip's own (unabridged) output:
 
 1. up to date?  A stamp file keyed on pyproject.toml and the interpreter, plus a check that this
-   checkout is the one installed, lets a second `make test` skip everything (about a tenth of a
-   second). --force ignores the stamp.
+   checkout is the one installed, lets a second `make test` skip everything (about 0.2 s). --force
+   ignores the stamp.
 2. torch.  Already installed and matching --torch: kept.  Otherwise the source is chosen and the
    reason printed: on Linux with no NVIDIA GPU, PyTorch's CPU index (the default index would pull
-   the CUDA build, about 3 GB with its nvidia-* wheels), probed first with a short timeout and
-   falling back to the default index when it cannot be reached; on macOS, Windows or a machine
-   with an NVIDIA GPU, the default index.  --torch-index overrides the choice.
+   the CUDA build, about 2.5 GB with its nvidia-* wheels; docs/install.md), probed first with a
+   short timeout and falling back to the default index when it cannot be reached; on macOS,
+   Windows or a machine with an NVIDIA GPU, the default index.  --torch-index overrides it.
 3. this package, editable, with its test extra: `pip install -e ".[test]"`.  torch is already
    satisfied by then, so this step never re-resolves it.
 """
@@ -130,9 +130,15 @@ def pip(*args: str) -> int:
     return subprocess.call(cmd, cwd=ROOT)
 
 
-def externally_managed_hint() -> None:
+def externally_managed() -> str | None:
+    """The PEP 668 marker that makes pip refuse to install into this interpreter, or None."""
     marker = os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")
-    if sys.prefix == sys.base_prefix and os.path.exists(marker):
+    return marker if sys.prefix == sys.base_prefix and os.path.exists(marker) else None
+
+
+def externally_managed_hint() -> None:
+    marker = externally_managed()
+    if marker:
         print(
             f"install: {sys.executable} is an externally managed system Python (PEP 668: {marker}),\n"
             "         so pip refuses to install into it. Drop PY=... and the Makefile makes and uses a\n"
@@ -160,7 +166,8 @@ def install_torch(spec: str, index: str, timeout: float, cpu_index: str) -> None
             url, fallback = cpu_index, True
             USED.update(("TORCH_CPU_INDEX", "TORCH_PROBE_TIMEOUT"))
             why = ("Linux with no NVIDIA GPU (no /proc/driver/nvidia, no nvidia-smi on PATH): "
-                   "the CPU wheel from PyTorch's CPU index, not the default index's CUDA build (~3 GB)")
+                   "the CPU wheel from PyTorch's CPU index, not the default index's CUDA build "
+                   "(~2.5 GB with its nvidia-* wheels)")
         elif sys.platform.startswith("linux"):
             url, why = None, f"Linux with an NVIDIA GPU ({gpu}): the default index's CUDA build"
         elif sys.platform == "darwin":
@@ -189,7 +196,7 @@ def install_torch(spec: str, index: str, timeout: float, cpu_index: str) -> None
             url = None
     if url is not None:
         rc = pip("--index-url", url, "--timeout", "15", "--retries", "1", spec)
-        if rc != 0 and fallback:
+        if rc != 0 and fallback and not externally_managed():
             say(f"pip could not install {spec} from {url} (exit {rc}): "
                 "falling back to the default package index")
             url = None
@@ -209,7 +216,7 @@ def install_torch(spec: str, index: str, timeout: float, cpu_index: str) -> None
     say(f"installed torch {got} ({build})")
     if cuda and gpu is None:
         say("note: this is the CUDA build on a machine with no NVIDIA GPU; it runs on CPU but takes "
-            "~3 GB. For the CPU wheel: make install FORCE=1 TORCH_INDEX=cpu after "
+            "~2.5 GB. For the CPU wheel: make install FORCE=1 TORCH_INDEX=cpu after "
             f"`{sys.executable} -m pip uninstall -y torch`")
 
 
