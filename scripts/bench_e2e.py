@@ -233,11 +233,14 @@ def plot(path, meta, rows, stats):
     steps = range(len(stats))
     a.plot(steps, [s.decode_tokens for s in stats], label="decode tokens (= running decodes)", lw=1)
     a.plot(steps, [s.prefill_tokens for s in stats], label="prefill tokens", lw=1)
+    a.plot(steps, [s.running for s in stats], label="running requests", lw=1, ls="--")
+    a.set_yscale("symlog")
     a.set_xlabel("step")
-    a.set_ylabel("tokens in the step")
+    a.set_ylabel("per step (symlog)")
     a.set_title("our schedule, variable-length workload")
     a.legend()
-    labels = [f"{r['engine']}\n{r['variant']}" for r in rows]
+    short = {"ours": "ours", "HF continuous batching": "HF CB", "HF generate_batch": "HF\ngenerate_batch"}
+    labels = [f"{short.get(r['engine'], r['engine'])}\n{r['variant']}" for r in rows]
     b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["engine"] == "ours" else "C1" for r in rows])
     b.set_xticks(range(len(rows)), labels, fontsize=8)
     b.set_ylabel("output tokens / s")
@@ -259,9 +262,19 @@ def main(argv=None):
     ap.add_argument("--skip-hf", action="store_true", help="our engine only")
     ap.add_argument("--hf-timeout", type=float, default=420, help="stop the HF run after this many seconds")
     ap.add_argument("--wall", action="store_true", help="also measure stage 4's one-request loop against stage 5 at batch 64")
+    ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw the .md and .png from a saved JSON")
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
+    if a.replot:
+        from types import SimpleNamespace
+        saved = json.load(open(a.replot))
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "bench_e2e.md"), "w") as f:
+            f.write(markdown(saved["meta"], saved["rows"]) + "\n")
+        plot(os.path.join(a.out, "bench_e2e.png"), saved["meta"], saved["rows"],
+             [SimpleNamespace(**s) for s in saved["schedule"]])
+        return
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not a.quick:
         sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
