@@ -4,6 +4,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Stage 5's scheduler fuzz (tests/test_l5_fuzz.py): 150 derandomized examples per test in CI,
+# the same on every machine; `--hypothesis-profile=l5-deep` for 2000 random ones.
+settings.register_profile("l5-ci", max_examples=150, derandomize=True, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("l5-deep", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("l5-ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))

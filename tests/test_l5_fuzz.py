@@ -23,11 +23,8 @@ from l5_fake import Violation, Workload, run
 from l5_scheduler.request import KVBlocks
 from l5_scheduler.scheduler import Scheduler
 
-settings.register_profile("l5-ci", max_examples=150, derandomize=True, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("l5-deep", max_examples=2000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("l5-ci")
+# The profiles (l5-ci, the default, and l5-deep) are registered in conftest.py: hypothesis reads
+# --hypothesis-profile before this module is imported.
 
 
 @st.composite
