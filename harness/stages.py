@@ -75,7 +75,8 @@ def _l5_engine(model, n_tokens):
     from l5_scheduler.config import make_config
     from l5_scheduler.engine import LLMEngine
     blocks = max(demo.NUM_BLOCKS, -(-max(n_tokens, 96) // demo.BLOCK_SIZE))
-    cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=demo.BLOCK_SIZE,
+    p = next(model.parameters())
+    cfg = make_config(model.cfg, str(p.device), p.dtype, block_size=demo.BLOCK_SIZE,
                       num_gpu_blocks_override=blocks, max_num_batched_tokens=demo.BUDGET)
     return LLMEngine(model, None, cfg, impl="triton", check=True, keep_logits=True)
 

@@ -53,9 +53,10 @@ def note(msg: str) -> None:
 
 
 def positive_or_none(flag: str, value: int | None) -> int | None:
-    """None (flag not given) stays None; 0 or less is an error, never a silent 'use the default'."""
-    if value is not None and value < 1:
-        raise UserError(f"{flag} must be a positive integer, got {value} (leave it out for the default).")
+    """None (flag not given) stays None; 0 or less (or a non-int) is an error, never a silent
+    'use the default'. Used for flags and for API arguments (stage 5's engine limits)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UserError(f"{flag} must be a positive integer, got {value!r} (leave it out for the default).")
     return value
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from l1_dense.cli import positive_or_none
 from l1_dense.errors import UserError
 
 CPU_NUM_BLOCKS = 256
@@ -41,11 +42,8 @@ class EngineConfig:
 
 
 def _positive(name: str, value, default):
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UserError(f"{name} must be a positive integer or None (default), got {value!r}")
-    return value
+    v = positive_or_none(name, value)
+    return default if v is None else v
 
 
 def bytes_per_block(cfg, block_size: int, dtype: torch.dtype) -> int:

@@ -79,6 +79,7 @@ def main(argv=None):
     seconds = time.perf_counter() - t0
     out = engine.output(rid)
     comp = out.outputs[0]
+    others = {i: engine.output(i) for i in ids}             # decoded once each
     stats: list[StepStats] = engine.stats
     preemptions = sum(len(s.preempted) for s in stats)
     chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if n < plen})
@@ -91,15 +92,13 @@ def main(argv=None):
              "temperature": params.temperature, "kv_pool_bytes": config.num_blocks * bpb, "kv_used_bytes": peak * bpb,
              "kv_stage1_bytes": stage1, "elapsed_s": round(seconds, 3), "tokens_per_s": round(n_out / seconds, 3),
              "steps": len(stats), "preemptions": preemptions, "chunked_prefills": chunked,
-             "requests": [{"request_id": i, "prompt_ids": engine.output(i).prompt_token_ids,
-                           "token_ids": engine.output(i).outputs[0].token_ids,
-                           "finish_reason": engine.output(i).outputs[0].finish_reason,
-                           "num_preemptions": engine.output(i).num_preemptions} for i in ids]}
+             "requests": [{"request_id": i, "prompt_ids": o.prompt_token_ids, "token_ids": o.outputs[0].token_ids,
+                           "finish_reason": o.outputs[0].finish_reason, "num_preemptions": o.num_preemptions}
+                          for i, o in others.items()]}
     if comp.logprobs:
         extra["logprobs"] = [{"token_id": lp.token_id, "logprob": lp.logprob, "top": lp.top} for lp in comp.logprobs]
     lines = [f"finish     : {comp.finish_reason} (preempted {out.num_preemptions}x)"]
-    for i in ids:
-        o = engine.output(i)
+    for i, o in others.items():
         lines.append(f"request {i:<3}: prompt {len(o.prompt_token_ids):>3} tok -> {o.outputs[0].token_ids} "
                      f"({o.outputs[0].finish_reason}, preempted {o.num_preemptions}x)")
     lines += [f"time       : {seconds:.1f} s for {n_out} new tokens of {len(engine.requests)} requests, "
