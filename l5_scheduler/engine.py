@@ -27,11 +27,13 @@ from .scheduler import Scheduler
 
 
 class LLMEngine:
+    scheduler_cls = Scheduler                       # stage 6 swaps in its prefix-caching scheduler
+
     def __init__(self, model, tokenizer, config: EngineConfig, *, seed: int | None = None,
                  impl: str = "triton", check: bool = False, keep_logits: bool = False):
         self.model, self.tokenizer, self.config = model, tokenizer, config
-        self.scheduler = Scheduler(config.num_blocks, config.block_size, config.max_num_batched_tokens,
-                                   config.max_num_seqs)
+        self.scheduler = self.scheduler_cls(config.num_blocks, config.block_size, config.max_num_batched_tokens,
+                                            config.max_num_seqs)
         self.runner = ModelRunner(model, config.num_blocks, config.block_size, impl=impl, check=check)
         self.sampler = Sampler(seed)
         self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)

@@ -54,7 +54,11 @@ class LLM:
                              num_gpu_blocks_override=num_gpu_blocks_override,
                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                              max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
-        self.llm_engine = LLMEngine(self.model, self.tokenizer, config, seed=seed, impl=impl)
+        self.llm_engine = self.make_engine(config, seed=seed, impl=impl)
+
+    def make_engine(self, config, **kw) -> LLMEngine:
+        """The engine under the API (stage 6 returns its prefix-caching one)."""
+        return LLMEngine(self.model, self.tokenizer, config, **kw)
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         if isinstance(prompts, (str, dict)):

@@ -101,10 +101,8 @@ class Scheduler:
         while (not out.preempted and self.waiting and budget > 0    # 2. admit, first come first served
                and len(self.running) < self.max_num_seqs):
             req = self.waiting[0]
-            n = min(req.num_tokens, budget)
-            try:
-                self.alloc.reserve(req.kv, n)                 # the first chunk's blocks only
-            except OutOfBlocks:
+            n = self._admit_blocks(req, budget)               # the first chunk's blocks only
+            if n is None:
                 break                                         # no skipping ahead of the queue
             self.waiting.popleft()
             req.status, req.prefill_len = RequestStatus.RUNNING, req.num_tokens
@@ -113,6 +111,17 @@ class Scheduler:
             self._take(req, n, out)
             budget -= n
         return out
+
+    def _admit_blocks(self, req: Request, budget: int) -> int | None:
+        """Reserve blocks for a waiting request's first chunk. Returns the chunk's length, or None
+        (and holds nothing) when the pool cannot take it. Stage 6 overrides this to look up the
+        prefix cache first."""
+        n = min(req.num_tokens, budget)
+        try:
+            self.alloc.reserve(req.kv, n)
+        except OutOfBlocks:
+            return None
+        return n
 
     def _reserve_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         def preempt(victim):
