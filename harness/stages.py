@@ -68,17 +68,30 @@ register("l3_paged[triton]", lambda model, n: PagedEngine(model, _blocks(n), BLO
 register("l4_sampler[t=0]", STAGES["l3_paged[triton]"].make_engine, _sample_t0)
 
 
-def _l5_engine(model, n_tokens):
-    """Stage 5 with the smoke script's mixed workload (l5_scheduler/demo.py): small budget, small
-    pool (grown only if this request alone would not fit), so the prompt is chunked and preempted."""
+def _demo_engine(model, n_tokens, engine_cls, num_blocks, **kw):
+    """A scheduler stage's engine with its smoke script's small budget and pool (grown only if
+    this request alone would not fit), so the prompt is chunked and the pool runs dry."""
     from l5_scheduler import demo
     from l5_scheduler.config import make_config
-    from l5_scheduler.engine import LLMEngine
-    blocks = max(demo.NUM_BLOCKS, -(-max(n_tokens, 96) // demo.BLOCK_SIZE))
+    blocks = max(num_blocks, -(-max(n_tokens, 96) // demo.BLOCK_SIZE))
     p = next(model.parameters())
     cfg = make_config(model.cfg, str(p.device), p.dtype, block_size=demo.BLOCK_SIZE,
                       num_gpu_blocks_override=blocks, max_num_batched_tokens=demo.BUDGET)
-    return LLMEngine(model, None, cfg, impl="triton", check=True, keep_logits=True)
+    return engine_cls(model, None, cfg, impl="triton", check=True, keep_logits=True, **kw)
+
+
+def _run_usual(engine, rid) -> Generation:
+    while engine.has_unfinished_requests():
+        engine.step()
+    req = engine.requests[rid]
+    return Generation(list(req.output_ids), req.finish_reason, req.logits)
+
+
+def _l5_engine(model, n_tokens):
+    """Stage 5 with the smoke script's mixed workload (l5_scheduler/demo.py)."""
+    from l5_scheduler import demo
+    from l5_scheduler.engine import LLMEngine
+    return _demo_engine(model, n_tokens, LLMEngine, demo.NUM_BLOCKS)
 
 
 def _l5_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
@@ -87,13 +100,30 @@ def _l5_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> 
     extras = demo.extra_prompts(None, engine.model.cfg.vocab_size)
     rid, _ = demo.add_demo_requests(engine, prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
                                     extras)
-    while engine.has_unfinished_requests():
-        engine.step()
-    req = engine.requests[rid]
-    return Generation(list(req.output_ids), req.finish_reason, req.logits)
+    return _run_usual(engine, rid)
 
 
 register("l5_scheduler", _l5_engine, _l5_generate, layerwise=False)
+
+
+def _l6_engine(model, n_tokens):
+    """Stage 6 (prefix caching on) with its smoke script's sharing workload (l6_prefix_cache/demo.py)."""
+    from l6_prefix_cache import demo
+    from l6_prefix_cache.engine import LLMEngine
+    return _demo_engine(model, n_tokens, LLMEngine, demo.NUM_BLOCKS, enable_prefix_caching=True)
+
+
+def _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    """The prompt after a request that contains it, so its first blocks come from the cache."""
+    from l6_prefix_cache import demo
+    rid, _ = demo.add_demo_requests(engine, prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens))
+    gen = _run_usual(engine, rid)
+    if not any(r == rid and n > 0 for s in engine.stats for r, n in s.hits):
+        raise AssertionError("the l6 row's prompt found nothing in the prefix cache: the row would not test sharing")
+    return gen
+
+
+register("l6_prefix_cache", _l6_engine, _l6_generate, layerwise=False)
 
 
 def select(names: str | None) -> list[Stage]:

@@ -24,16 +24,16 @@ from l5_scheduler.engine import LLMEngine
 from l5_scheduler.outputs import StepStats
 from l5_scheduler.request import RequestStatus
 
-def add_engine_args(p):
+def add_engine_args(p, num_blocks: int = NUM_BLOCKS, extras: int = len(EXTRAS)):
     g = p.add_argument_group("engine (vLLM names)")
     g.add_argument("--block-size", type=int, default=BLOCK_SIZE, help=f"tokens per KV block (default {BLOCK_SIZE})")
-    g.add_argument("--num-blocks", type=int, default=NUM_BLOCKS,
-                   help=f"KV pool size in blocks: num_gpu_blocks_override (default {NUM_BLOCKS})")
+    g.add_argument("--num-blocks", type=int, default=num_blocks,
+                   help=f"KV pool size in blocks: num_gpu_blocks_override (default {num_blocks})")
     g.add_argument("--max-num-batched-tokens", type=int, default=BUDGET, help=f"token budget per step (default {BUDGET})")
     g.add_argument("--max-num-seqs", type=int, default=None, help="cap on running requests (default min(256, budget))")
     g.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output (default: context or pool)")
-    g.add_argument("--extra-requests", type=int, default=len(EXTRAS), choices=range(len(EXTRAS) + 1),
-                   help=f"how many other requests run with the usual prompt (0..{len(EXTRAS)}, default {len(EXTRAS)})")
+    g.add_argument("--extra-requests", type=int, default=extras, choices=range(extras + 1),
+                   help=f"how many other requests run with the usual prompt (0..{extras}, default {extras})")
     g.add_argument("--impl", choices=["torch", "triton"], default="triton", help="attention path (default triton)")
     g.add_argument("--trace", action="store_true", help="print one line per step")
     g.add_argument("--trace-meta", action="store_true", help="with --trace: also print each step's metadata tensors")
@@ -44,25 +44,22 @@ def print_meta(meta):
         print(f"           {name:<14} = {getattr(meta, name).tolist()}")
 
 
-def main(argv=None):
-    p = base_parser("l5_scheduler", __doc__)
-    add_sampling_args(p)
-    add_engine_args(p)
-    args = p.parse_args(argv)
-    params = sampling_params(args)           # bad values fail here, before the model loads
-    note_ignored(args)
+def check_engine_args(args):
     for flag in ("--block-size", "--num-blocks", "--max-num-batched-tokens", "--max-num-seqs", "--max-model-len"):
         positive_or_none(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.trace_meta and not args.trace:
         raise UserError("--trace-meta prints inside the trace: add --trace.")
-    ld = load(args)
-    cfg = ld.model.cfg
-    config = make_config(cfg, ld.device, next(ld.model.parameters()).dtype, block_size=args.block_size,
+
+
+def make_engine(args, ld, engine_cls=LLMEngine, **kw):
+    config = make_config(ld.model.cfg, ld.device, next(ld.model.parameters()).dtype, block_size=args.block_size,
                          num_gpu_blocks_override=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                          max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
-    engine = LLMEngine(ld.model, ld.tokenizer, config, impl=args.impl)
-    extras = extra_prompts(ld.tokenizer, cfg.vocab_size, args.extra_requests)
-    rid, ids = add_demo_requests(engine, ld.prompt_ids, params, extras)
+    return engine_cls(ld.model, ld.tokenizer, config, impl=args.impl, **kw), config
+
+
+def drive(engine, args) -> float:
+    """Step until every request is done (the trace, or a progress line every 10 s); returns seconds."""
     t0 = last = time.perf_counter()
     while engine.has_unfinished_requests():
         engine.step()
@@ -76,13 +73,18 @@ def main(argv=None):
             done = sum(r.status == RequestStatus.FINISHED for r in engine.requests.values())
             print(f"  ... step {len(engine.stats)}, {done}/{len(engine.requests)} requests done, {now - t0:.0f} s",
                   file=sys.stderr, flush=True)
-    seconds = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def summarize(engine, config, ld, rid, ids, params, seconds):
+    """The JSON keys and printed lines every scheduler stage reports; returns (comp, extra, lines)."""
+    cfg = ld.model.cfg
     out = engine.output(rid)
     comp = out.outputs[0]
     others = {i: engine.output(i) for i in ids}             # decoded once each
     stats: list[StepStats] = engine.stats
     preemptions = sum(len(s.preempted) for s in stats)
-    chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if n < plen})
+    chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if st + n < plen})   # a chunk ended early
     n_out = sum(len(r.output_ids) for r in engine.requests.values())
     bpb = bytes_per_block(cfg, config.block_size, next(ld.model.parameters()).dtype)
     peak = max(s.blocks_used for s in stats)
@@ -98,8 +100,9 @@ def main(argv=None):
     if comp.logprobs:
         extra["logprobs"] = [{"token_id": lp.token_id, "logprob": lp.logprob, "top": lp.top} for lp in comp.logprobs]
     lines = [f"finish     : {comp.finish_reason} (preempted {out.num_preemptions}x)"]
+    w = max([3] + [len(i) for i in others])
     for i, o in others.items():
-        lines.append(f"request {i:<3}: prompt {len(o.prompt_token_ids):>3} tok -> {o.outputs[0].token_ids} "
+        lines.append(f"request {i:<{w}}: prompt {len(o.prompt_token_ids):>3} tok -> {o.outputs[0].token_ids} "
                      f"({o.outputs[0].finish_reason}, preempted {o.num_preemptions}x)")
     lines += [f"time       : {seconds:.1f} s for {n_out} new tokens of {len(engine.requests)} requests, "
               f"{n_out / seconds:.1f} tokens/s (loading not included)",
@@ -107,6 +110,23 @@ def main(argv=None):
               f"{preemptions} preemption(s), chunked prefills: {', '.join(chunked) or 'none'}",
               f"kv pool    : {config.num_blocks} blocks x {config.block_size} tokens = {config.num_blocks * bpb / 2**20:.3f} MiB, "
               f"peak {peak} blocks in use ({len(engine.requests)} requests; stage 1 would reserve {stage1 / 2**20:.2f} MiB)"]
+    return comp, extra, lines
+
+
+def main(argv=None):
+    p = base_parser("l5_scheduler", __doc__)
+    add_sampling_args(p)
+    add_engine_args(p)
+    args = p.parse_args(argv)
+    params = sampling_params(args)           # bad values fail here, before the model loads
+    note_ignored(args)
+    check_engine_args(args)
+    ld = load(args)
+    engine, config = make_engine(args, ld)
+    extras = extra_prompts(ld.tokenizer, ld.model.cfg.vocab_size, args.extra_requests)
+    rid, ids = add_demo_requests(engine, ld.prompt_ids, params, extras)
+    seconds = drive(engine, args)
+    comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)
     report("l5_scheduler", ld, comp.token_ids, args.json, extra=extra, lines=lines)
 
 
