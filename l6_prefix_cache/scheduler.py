@@ -63,7 +63,7 @@ class PrefixCachingScheduler(Scheduler):
 
     def _admit_blocks(self, req: Request, budget: int) -> int | None:
         bs = self.alloc.block_size
-        hashes = self.block_hashes(req, (req.num_tokens - 1) // bs)
+        hashes = self.block_hashes(req, req.num_tokens // bs)       # every full block; the cap is the lookup's
         hit = longest_cached_prefix(hashes, self.alloc.pool.cached, req.num_tokens, bs)
         computed = len(hit) * bs
         n = min(req.num_tokens - computed, budget)
