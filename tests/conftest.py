@@ -58,13 +58,15 @@ def tiny():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The stage 5 fuzz's figures: workloads run and invariants checked (when it ran)."""
-    fake = sys.modules.get("l5_fake")
-    if fake is None or not fake.EXAMPLES["workloads"]:
-        return
-    tr = terminalreporter
-    tr.write_sep("-", "l5 scheduler fuzz")
-    tr.write_line(f"{fake.EXAMPLES['workloads']} workloads, {fake.EXAMPLES['steps']} scheduler steps, "
-                  f"{sum(fake.CHECKS.values())} invariant checks:")
-    for name, n in sorted(fake.CHECKS.items()):
-        tr.write_line(f"  {n:>9}  {name}")
+    """The scheduler fuzzes' figures (stage 5 and stage 6): workloads run and invariants checked."""
+    for module, title in (("l5_fake", "l5 scheduler fuzz"), ("l6_fake", "l6 prefix-cache fuzz")):
+        fake = sys.modules.get(module)
+        if fake is None or not fake.EXAMPLES["workloads"]:
+            continue
+        tr = terminalreporter
+        tr.write_sep("-", title)
+        more = ", ".join(f"{n} {k}" for k, n in fake.EXAMPLES.items() if k not in ("workloads", "steps"))
+        tr.write_line(f"{fake.EXAMPLES['workloads']} workloads, {fake.EXAMPLES['steps']} scheduler steps"
+                      f"{', ' + more if more else ''}, {sum(fake.CHECKS.values())} invariant checks:")
+        for name, n in sorted(fake.CHECKS.items()):
+            tr.write_line(f"  {n:>9}  {name}")
