@@ -1,0 +1,203 @@
+"""Prefix caching, end to end: the same workloads with the cache on and off, in one run.
+
+    PYTHONPATH=. python scripts/bench_prefix.py            # GPU: ~3-5 minutes
+    PYTHONPATH=. python scripts/bench_prefix.py --quick    # CPU smoke test of the script (tiny model)
+
+Workloads (random token ids, ignore_eos, greedy):
+    shared   256 requests = one 1,000-token system prompt + their own 50..200 tokens; 50..200
+             new tokens each. The cache should compute the system prompt once.
+    nano     nano-vllm's workload (scripts/bench_e2e.py): 256 requests, prompt and output lengths
+             uniform in [100, 1024], nothing shared. The cache can only cost here (hashing and
+             bookkeeping); it must not be slower.
+Model: a random-weight checkpoint of Qwen3-0.6B's shape, bf16, built by scripts/bench_e2e.py's
+builder. Peer: the same engine with enable_prefix_caching=False (= stage 5), same pool, same
+budget, measured in the same run. Each run starts from a fresh engine (an empty cache).
+
+Reported per run: output tok/s; time to first token (mean, p50, p90) and the prefill phase (until
+the last request has its first token); prompt tokens, and those computed (prefill work); the hit
+rate; and the fraction of the roofline of that run's own schedule (bench_e2e's floor: weights +
+K/V bytes per step at the copy bandwidth measured here, FLOPs at the measured matmul rate).
+Writes bench_prefix.{json,md,png} into --out.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import l6_prefix_cache  # noqa: E402,F401  (before triton: picks GPU or interpreter)
+from bench_e2e import build_checkpoint, ceilings, free, roofline, sync, workload  # noqa: E402
+from l1_dense.tiny import tiny_checkpoint  # noqa: E402
+from l6_prefix_cache import LLM, SamplingParams  # noqa: E402
+
+
+def shared_workload(n, system_len, own_lo, own_hi, out_lo, out_hi, vocab, seed):
+    rng = random.Random(seed)
+    system = [rng.randrange(vocab) for _ in range(system_len)]
+    return [(system + [rng.randrange(vocab) for _ in range(rng.randint(own_lo, own_hi))], rng.randint(out_lo, out_hi))
+            for _ in range(n)]
+
+
+def run(llm, work, caching: bool, label: str):
+    """A fresh engine (empty cache), every request added at once, stepped to the end."""
+    llm.enable_prefix_caching = caching
+    llm.llm_engine = None
+    free()
+    eng = llm.llm_engine = llm.make_engine(llm.config, seed=0)
+    ids = [eng.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=m))
+           for p, m in work]
+    first, n_out = {}, 0
+    sync()
+    t0 = time.perf_counter()
+    while eng.has_unfinished_requests():
+        outs = eng.step()                                  # ends in the sampler's .tolist(): a sync
+        now = time.perf_counter() - t0
+        for o in outs:
+            first.setdefault(o.request_id, now)
+            n_out += len(o.new_token_ids)
+    sync()
+    dt = time.perf_counter() - t0
+    assert n_out == sum(m for _, m in work), "ignore_eos: every request must run to max_tokens"
+    ttft = sorted(first[i] for i in ids)
+    prompt = sum(len(p) for p, _ in work)
+    computed = sum(s.prefill_tokens for s in eng.stats)
+    st = getattr(eng.scheduler, "stats", None)
+    r = dict(workload=label, caching=caching, seconds=dt, output_tokens=n_out, tok_per_s=n_out / dt,
+             steps=len(eng.stats), preemptions=sum(len(s.preempted) for s in eng.stats),
+             ttft_mean_s=statistics.fmean(ttft), ttft_p50_s=ttft[len(ttft) // 2], ttft_p90_s=ttft[int(0.9 * (len(ttft) - 1))],
+             prefill_phase_s=ttft[-1], prompt_tokens=prompt, prefill_tokens_computed=computed,
+             hit_rate=st.hit_rate if st else 0.0, cache_hits=st.hits if st else 0,
+             evictions=eng.scheduler.alloc.pool.evictions if caching else 0)
+    print(f"{label:<7} caching {'on ' if caching else 'off'}: {dt:6.1f} s, {r['tok_per_s']:8.0f} out tok/s, "
+          f"TTFT mean {r['ttft_mean_s']:.2f} s, prefill phase {r['prefill_phase_s']:.2f} s, "
+          f"computed {computed}/{prompt} prompt tokens, hit rate {100 * r['hit_rate']:.1f}%", flush=True)
+    return r, list(eng.stats), ttft
+
+
+def markdown(meta, rows):
+    lines = [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}; model {meta['model']} "
+             f"({meta['dtype']}); engine {meta['engine']}. "
+             + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
+                if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
+             "| workload | prefix caching | seconds | output tok/s | TTFT mean (s) | TTFT p90 (s) | prefill phase (s) | "
+             "prompt tokens | computed | hit rate | steps | % of own roofline |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rf = r.get("roofline")
+        pct = f"{100 * rf['floor_memory_compute_s'] / r['seconds']:.0f}%" if rf else "—"
+        lines.append(f"| {r['workload']} | {'on' if r['caching'] else 'off'} | {r['seconds']:.1f} | {r['tok_per_s']:.0f} | "
+                     f"{r['ttft_mean_s']:.2f} | {r['ttft_p90_s']:.2f} | {r['prefill_phase_s']:.2f} | {r['prompt_tokens']} | "
+                     f"{r['prefill_tokens_computed']} | {100 * r['hit_rate']:.1f}% | {r['steps']} | {pct} |")
+    by = {(r["workload"], r["caching"]): r for r in rows}
+    lines.append("")
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        on, off = by.get((w, True)), by.get((w, False))
+        if on and off:
+            lines.append(f"- {w}: caching on/off throughput {on['tok_per_s'] / off['tok_per_s']:.2f}x, "
+                         f"prefill phase {off['prefill_phase_s'] / on['prefill_phase_s']:.2f}x shorter, "
+                         f"prompt tokens computed {on['prefill_tokens_computed']} vs {off['prefill_tokens_computed']}.")
+    return "\n".join(lines)
+
+
+def plot(path, meta, rows, ttfts):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the PNG")
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (w, caching), t in ttfts.items():
+        a.plot(t, [i / len(t) for i in range(1, len(t) + 1)], label=f"{w}, caching {'on' if caching else 'off'}",
+               ls="-" if caching else "--", color="C0" if w == "shared" else "C1")
+    a.set_xlabel("time to first token (s)")
+    a.set_ylabel("fraction of requests")
+    a.set_title("time to first token (all requests arrive at 0)")
+    a.legend(fontsize=8)
+    labels = [f"{r['workload']}\n{'on' if r['caching'] else 'off'}" for r in rows]
+    b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["caching"] else "C7" for r in rows])
+    b.set_xticks(range(len(rows)), labels, fontsize=8)
+    b.set_ylabel("output tokens / s")
+    b.set_title("throughput, prefix caching on vs off")
+    fig.suptitle(f"{meta['model']}, {meta['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_prefix")
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--system-len", type=int, default=1000)
+    ap.add_argument("--skip-nano", action="store_true", help="only the shared-prefix workload")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
+    a = ap.parse_args(argv)
+    t_start = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not a.quick:
+        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    os.makedirs(a.out, exist_ok=True)
+    if a.quick:
+        path, model_name = str(tiny_checkpoint("qwen3")), "tiny-qwen3"
+        dtype = torch.float32 if device == "cpu" else torch.bfloat16
+        n, sys_len, own, outl, nano = 8, 40, (4, 12), (4, 8), (4, 24)
+        extra = dict(block_size=8, max_num_batched_tokens=64)
+    else:
+        path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), \
+            "Qwen3-0.6B shape, random weights", torch.bfloat16
+        n, sys_len, own, outl, nano = a.num_requests, a.system_len, (50, 200), (50, 200), (100, 1024)
+        extra = {}
+    llm = LLM(path, device=device, dtype=dtype, seed=a.seed, **extra)
+    llm.config = llm.llm_engine.config
+    vocab = llm.model.cfg.vocab_size
+    works = {"shared": shared_workload(n, sys_len, *own, *outl, vocab, a.seed)}
+    if not a.skip_nano:
+        works["nano"] = workload(n, *nano, vocab, a.seed)
+    ec = llm.config
+    print(f"engine: {ec.num_blocks} blocks x {ec.block_size}, budget {ec.max_num_batched_tokens}, "
+          f"max_num_seqs {ec.max_num_seqs}; workloads: {', '.join(f'{k} ({len(v)} requests)' for k, v in works.items())}")
+    t = time.perf_counter()                   # warm-up: compile every kernel shape both engines will use
+    run(llm, works["shared"][:16] + ([([1] * 2100, 2)] if not a.quick else []), True, "warm-up")
+    print(f"warm-up: {time.perf_counter() - t:.1f} s")
+    bw, tf = ceilings(device)
+    import triton
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
+    meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, model=model_name,
+                dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
+                engine=f"{ec.num_blocks} blocks x {ec.block_size} tokens, budget {ec.max_num_batched_tokens}, "
+                       f"max_num_seqs {ec.max_num_seqs}",
+                workloads={"shared": f"{n} requests: one {sys_len}-token system prompt + own {own[0]}..{own[1]} tokens, "
+                                     f"{outl[0]}..{outl[1]} new tokens",
+                           "nano": f"{n} requests, prompt and output lengths uniform in [{nano[0]}, {nano[1]}]"})
+    rows, ttfts = [], {}
+    for label, work in works.items():
+        for caching in (False, True):
+            r, stats, ttft = run(llm, work, caching, label)
+            r["roofline"] = roofline(stats, llm.model.cfg, bw, tf) if device == "cuda" else None
+            rows.append(r)
+            ttfts[(label, caching)] = ttft
+    md = markdown(meta, rows)
+    print("\n" + md)
+    with open(os.path.join(a.out, "bench_prefix.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows, ttft={f"{k[0]}|{k[1]}": v for k, v in ttfts.items()}), f, indent=1)
+    with open(os.path.join(a.out, "bench_prefix.md"), "w") as f:
+        f.write(md + "\n")
+    plot(os.path.join(a.out, "bench_prefix.png"), meta, rows, ttfts)
+    print(f"wrote {a.out}/bench_prefix.json and .md; total {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
