@@ -3,6 +3,7 @@
     python scripts/measure_wall.py --lesson 2    # dense reservation vs the block allocator, chat mix, 60 GB
     python scripts/measure_wall.py --lesson 3    # lesson 2's gather: bytes copied and time per decode step
     python scripts/measure_wall.py --lesson 4    # the reference sampler's cost per step, V = 151,936
+    python scripts/measure_wall.py --lesson 6    # stage 5 on requests sharing a system prompt: work and KV repeated
 
 Shapes are Qwen3-8B's (36 layers, H_q 32, H_kv 8, D 128, bfloat16): no weights are needed, only
 the stage's own code (the allocator, the pool's gather, the sampler) on tensors of that shape.
@@ -123,18 +124,65 @@ def lesson4(batches: list[int], reps: int) -> None:
               f"(median of {reps})")
 
 
+def lesson6(n: int, block_size: int) -> None:
+    """Stage 5's scheduler (no cache) and stage 6's, driven on host ints alone (no model: every
+    sampled token is 1): n requests sharing a 1,000-token system prompt, each with its own 50..200
+    tokens and 50..200 new tokens, all arriving at once; budget 8192, 16-token blocks by default.
+    Counts the prompt tokens each computes and, at the step where most blocks are held, how many of
+    those blocks hold the same content as another held block (equal hash chains)."""
+    import random
+    from l4_sampler.params import SamplingParams
+    from l5_scheduler.request import Request
+    from l5_scheduler.scheduler import Scheduler
+    from l6_prefix_cache.hashing import block_hashes
+    from l6_prefix_cache.scheduler import PrefixCachingScheduler
+    rng = random.Random(0)
+    system = [rng.randrange(151_936) for _ in range(1000)]
+    work = [(system + [rng.randrange(151_936) for _ in range(rng.randint(50, 200))], rng.randint(50, 200))
+            for _ in range(n)]
+    num_blocks = sum(-(-(len(p) + m) // block_size) for p, m in work)     # room for all: no preemption
+    print(f"{n} requests = one 1,000-token system prompt + their own 50..200 tokens, 50..200 new tokens each; "
+          f"{block_size}-token blocks, budget 8192, pool {num_blocks} blocks")
+    for name, cls in (("stage 5 (no cache)", Scheduler), ("stage 6 (prefix cache)", PrefixCachingScheduler)):
+        sched = cls(num_blocks, block_size, 8192, 256)
+        reqs = [Request(f"r{i}", p, SamplingParams(max_tokens=m), arrival=i) for i, (p, m) in enumerate(work)]
+        for r in reqs:
+            sched.add(r)
+        computed = peak = dup = steps = 0
+        while sched.has_unfinished():
+            out = sched.schedule()
+            sched.advance(out)
+            steps += 1
+            computed += sum(n for (r, n), pre in zip(out.scheduled, out.prefill) if pre)
+            held = {b for r in sched.running for b in r.blocks}
+            if len(held) > peak:                  # physical block -> the hash chain of what it holds
+                content = {b: h for r in sched.running
+                           for b, h in zip(r.blocks, block_hashes(r.tokens(0, r.num_computed_tokens), block_size))}
+                peak, dup = len(held), len(content) - len(set(content.values()))
+            for (r, n), s in zip(out.scheduled, out.sample):
+                if s:
+                    r.output_ids.append(1)
+                    if len(r.output_ids) == r.params.max_tokens:
+                        sched.finish(r, "length")
+        prompt = sum(len(p) for p, _ in work)
+        print(f"{name:<23}: {steps} steps; prompt tokens computed {computed:,} of {prompt:,} "
+              f"({100 * computed / prompt:.0f}%); peak {peak:,} blocks held, of which {dup:,} copies of another "
+              f"held block's content")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="measure_wall", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lesson", type=int, required=True, choices=[2, 3, 4], help="whose wall section to measure")
+    p.add_argument("--lesson", type=int, required=True, choices=[2, 3, 4, 6], help="whose wall section to measure")
     p.add_argument("--budget-gb", type=float, default=60.0, help="lesson 2: KV memory in GB (10^9 bytes)")
-    p.add_argument("--block-size", type=int, default=16, help="lesson 2: tokens per block")
+    p.add_argument("--block-size", type=int, default=16, help="lessons 2 and 6: tokens per block")
+    p.add_argument("--requests", type=int, default=64, help="lesson 6: requests sharing the system prompt")
     p.add_argument("--context", type=int, default=1024, help="lesson 3: tokens of context")
     p.add_argument("--batch", default="1,64", help="lesson 4: comma-separated batch sizes")
     p.add_argument("--reps", type=int, default=5, help="lessons 3-4: timed repetitions (the median is shown)")
     args = p.parse_args(argv)
     for flag, v in (("--budget-gb", args.budget_gb), ("--block-size", args.block_size),
-                    ("--context", args.context), ("--reps", args.reps)):
+                    ("--context", args.context), ("--reps", args.reps), ("--requests", args.requests)):
         if not v > 0:
             raise UserError(f"{flag} must be positive, got {v}.")
     t0 = time.perf_counter()
@@ -142,6 +190,8 @@ def main(argv=None) -> int:
         lesson2(args.budget_gb, args.block_size)
     elif args.lesson == 3:
         lesson3(args.context, args.reps)
+    elif args.lesson == 6:
+        lesson6(args.requests, args.block_size)
     else:
         try:
             batches = [int(b) for b in args.batch.split(",") if b.strip()]
