@@ -13,7 +13,9 @@ Model: a random-weight checkpoint of Qwen3-0.6B's shape, bf16, built by scripts/
 builder. Peer: the same engine with enable_prefix_caching=False (= stage 5), same pool, same
 budget, measured in the same run. Each run starts from a fresh engine (an empty cache).
 
-Reported per run: output tok/s; time to first token (mean, p50, p90) and the prefill phase (until
+Each (workload, caching) pair runs --repeats times (default 2), interleaved off/on then on/off,
+because host-bound step times drift within one run. Reported per run: output tok/s; the median
+decode-only step time; time to first token (mean, p50, p90) and the prefill phase (until
 the last request has its first token); prompt tokens, and those computed (prefill work); the hit
 rate; and the fraction of the roofline of that run's own schedule (bench_e2e's floor: weights +
 K/V bytes per step at the copy bandwidth measured here, FLOPs at the measured matmul rate).
@@ -56,17 +58,30 @@ def run(llm, work, caching: bool, label: str):
     eng = llm.llm_engine = llm.make_engine(llm.config, seed=0)
     ids = [eng.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=m))
            for p, m in work]
-    first, n_out = {}, 0
+    gc_time, gc_start = [0.0, 0], [0.0]
+
+    def on_gc(phase, info):                                # Python's collector, timed: a host-side suspect
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_start[0]
+            gc_time[1] += info["generation"] == 2
+    gc.callbacks.append(on_gc)
+    first, n_out, step_s = {}, 0, []
     sync()
     t0 = time.perf_counter()
+    last = 0.0
     while eng.has_unfinished_requests():
         outs = eng.step()                                  # ends in the sampler's .tolist(): a sync
         now = time.perf_counter() - t0
+        step_s.append(now - last)
+        last = now
         for o in outs:
             first.setdefault(o.request_id, now)
             n_out += len(o.new_token_ids)
     sync()
     dt = time.perf_counter() - t0
+    gc.callbacks.remove(on_gc)
     assert n_out == sum(m for _, m in work), "ignore_eos: every request must run to max_tokens"
     ttft = sorted(first[i] for i in ids)
     prompt = sum(len(p) for p, _ in work)
@@ -77,8 +92,11 @@ def run(llm, work, caching: bool, label: str):
              ttft_mean_s=statistics.fmean(ttft), ttft_p50_s=ttft[len(ttft) // 2], ttft_p90_s=ttft[int(0.9 * (len(ttft) - 1))],
              prefill_phase_s=ttft[-1], prompt_tokens=prompt, prefill_tokens_computed=computed,
              hit_rate=st.hit_rate if st else 0.0, cache_hits=st.hits if st else 0,
-             evictions=eng.scheduler.alloc.pool.evictions if caching else 0)
+             evictions=eng.scheduler.alloc.pool.evictions if caching else 0, gc_s=gc_time[0], gc_gen2=gc_time[1],
+             decode_step_ms_median=1e3 * statistics.median([t for t, st in zip(step_s, eng.stats) if not st.prefill_tokens]
+                                                           or [float("nan")]))
     print(f"{label:<7} caching {'on ' if caching else 'off'}: {dt:6.1f} s, {r['tok_per_s']:8.0f} out tok/s, "
+          f"decode step {r['decode_step_ms_median']:.1f} ms, GC {r['gc_s']:.2f} s ({r['gc_gen2']} full), "
           f"TTFT mean {r['ttft_mean_s']:.2f} s, prefill phase {r['prefill_phase_s']:.2f} s, "
           f"computed {computed}/{prompt} prompt tokens, hit rate {100 * r['hit_rate']:.1f}%", flush=True)
     return r, list(eng.stats), ttft
@@ -89,23 +107,27 @@ def markdown(meta, rows):
              f"({meta['dtype']}); engine {meta['engine']}. "
              + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
                 if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
-             "| workload | prefix caching | seconds | output tok/s | TTFT mean (s) | TTFT p90 (s) | prefill phase (s) | "
-             "prompt tokens | computed | hit rate | steps | % of own roofline |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| workload | prefix caching | run | seconds | output tok/s | decode step (ms, median) | TTFT mean (s) | "
+             "TTFT p90 (s) | prefill phase (s) | prompt tokens | computed | hit rate | steps | % of own roofline |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         rf = r.get("roofline")
         pct = f"{100 * rf['floor_memory_compute_s'] / r['seconds']:.0f}%" if rf else "—"
-        lines.append(f"| {r['workload']} | {'on' if r['caching'] else 'off'} | {r['seconds']:.1f} | {r['tok_per_s']:.0f} | "
+        lines.append(f"| {r['workload']} | {'on' if r['caching'] else 'off'} | {r['run']} | {r['seconds']:.1f} | "
+                     f"{r['tok_per_s']:.0f} | {r['decode_step_ms_median']:.1f} | "
                      f"{r['ttft_mean_s']:.2f} | {r['ttft_p90_s']:.2f} | {r['prefill_phase_s']:.2f} | {r['prompt_tokens']} | "
                      f"{r['prefill_tokens_computed']} | {100 * r['hit_rate']:.1f}% | {r['steps']} | {pct} |")
-    by = {(r["workload"], r["caching"]): r for r in rows}
     lines.append("")
     for w in dict.fromkeys(r["workload"] for r in rows):
-        on, off = by.get((w, True)), by.get((w, False))
-        if on and off:
-            lines.append(f"- {w}: caching on/off throughput {on['tok_per_s'] / off['tok_per_s']:.2f}x, "
+        med = {c: {k: statistics.median(r[k] for r in rows if r["workload"] == w and r["caching"] == c)
+                   for k in ("tok_per_s", "prefill_phase_s", "prefill_tokens_computed")}
+               for c in (True, False) if any(r["workload"] == w and r["caching"] == c for r in rows)}
+        if len(med) == 2:
+            on, off = med[True], med[False]
+            n = sum(r["workload"] == w for r in rows) // 2
+            lines.append(f"- {w} (median of {n} run(s) each): caching on/off throughput {on['tok_per_s'] / off['tok_per_s']:.2f}x, "
                          f"prefill phase {off['prefill_phase_s'] / on['prefill_phase_s']:.2f}x shorter, "
-                         f"prompt tokens computed {on['prefill_tokens_computed']} vs {off['prefill_tokens_computed']}.")
+                         f"prompt tokens computed {on['prefill_tokens_computed']:.0f} vs {off['prefill_tokens_computed']:.0f}.")
     return "\n".join(lines)
 
 
@@ -142,6 +164,9 @@ def main(argv=None):
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--system-len", type=int, default=1000)
     ap.add_argument("--skip-nano", action="store_true", help="only the shared-prefix workload")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="runs per (workload, caching), interleaved off/on then on/off (default 2): host-bound "
+                         "step times drift within a run, so one pair can mislead")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     a = ap.parse_args(argv)
@@ -183,12 +208,16 @@ def main(argv=None):
                                      f"{outl[0]}..{outl[1]} new tokens",
                            "nano": f"{n} requests, prompt and output lengths uniform in [{nano[0]}, {nano[1]}]"})
     rows, ttfts = [], {}
+    if a.repeats < 1:
+        sys.exit(f"--repeats must be >= 1, got {a.repeats}")
     for label, work in works.items():
-        for caching in (False, True):
-            r, stats, ttft = run(llm, work, caching, label)
-            r["roofline"] = roofline(stats, llm.model.cfg, bw, tf) if device == "cuda" else None
-            rows.append(r)
-            ttfts[(label, caching)] = ttft
+        for rep in range(a.repeats):
+            for caching in ((False, True) if rep % 2 == 0 else (True, False)):
+                r, stats, ttft = run(llm, work, caching, label)
+                r["run"] = rep + 1
+                r["roofline"] = roofline(stats, llm.model.cfg, bw, tf) if device == "cuda" else None
+                rows.append(r)
+                ttfts.setdefault((label, caching), ttft)
     md = markdown(meta, rows)
     print("\n" + md)
     with open(os.path.join(a.out, "bench_prefix.json"), "w") as f:
