@@ -41,11 +41,16 @@ def slot_index(blocks: list[int], block_size: int, i: int) -> int:
     return blocks[i // block_size] * block_size + i % block_size
 
 
+def check_pool_shape(num_blocks: int, block_size: int) -> None:
+    """Both sizes must be positive integers (stage 6's KV cache manager checks the same)."""
+    for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
 class BlockAllocator:
     def __init__(self, num_blocks: int, block_size: int):
-        for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_pool_shape(num_blocks, block_size)
         self.num_blocks, self.block_size = num_blocks, block_size
         self._free = deque(range(num_blocks))
         self._owner: list[Request | None] = [None] * num_blocks

@@ -17,16 +17,14 @@ is about to read. So ``admit`` checks the whole need first, then touches, then a
 """
 from __future__ import annotations
 
-from l2_gather.allocator import AllocatorError, OutOfBlocks, slot_index
+from l2_gather.allocator import AllocatorError, OutOfBlocks, check_pool_shape, slot_index
 
 from .block_pool import BlockPool, KVCacheBlock
 
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int):
-        for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_pool_shape(num_blocks, block_size)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.pool = BlockPool(num_blocks)
         self._num_cached: dict[object, int] = {}   # handle -> how many of its leading blocks are hashed
