@@ -38,7 +38,8 @@ class KVCacheManager:
         return -(-n_tokens // self.block_size)
 
     def _extend(self, handle, n: int, fresh: list[KVCacheBlock]) -> None:
-        handle.blocks += [b.block_id for b in fresh]
+        if fresh:
+            handle.blocks += [b.block_id for b in fresh]
         for i in range(len(handle.slot_indices), n):
             handle.slot_indices.append(slot_index(handle.blocks, self.block_size, i))
 
@@ -50,7 +51,7 @@ class KVCacheManager:
         if need > self.num_free:
             raise OutOfBlocks(f"request {handle.req_id!r} needs {need} more blocks for {n} tokens "
                               f"but only {self.num_free} of {self.num_blocks} are free")
-        self._extend(handle, n, self.pool.allocate(max(need, 0)))
+        self._extend(handle, n, self.pool.allocate(need) if need > 0 else ())
 
     def admit(self, handle, hit: list[KVCacheBlock], n: int) -> None:
         """Give an empty ``handle`` the cached blocks ``hit`` and room for ``n`` tokens in all."""
@@ -66,6 +67,10 @@ class KVCacheManager:
         self._extend(handle, handle.cur_len, hit)
         self._num_cached[handle] = len(hit)
         self.reserve(handle, n)
+
+    def num_cached_blocks(self, handle) -> int:
+        """How many of ``handle``'s leading blocks have been through ``cache_full_blocks``."""
+        return self._num_cached.get(handle, 0)
 
     def cache_full_blocks(self, handle, hashes: list[bytes]) -> None:
         """Hash every block of ``handle`` that its ``cur_len`` tokens fill (``hashes`` covers them)."""

@@ -84,7 +84,9 @@ class PrefixCachingScheduler(Scheduler):
         super().advance(out)
         bs = self.alloc.block_size
         for req, _ in out.scheduled:
-            self.alloc.cache_full_blocks(req.kv, self.block_hashes(req, req.num_computed_tokens // bs))
+            full = req.num_computed_tokens // bs
+            if full > self.alloc.num_cached_blocks(req.kv):      # a decode fills a block 1 step in block_size
+                self.alloc.cache_full_blocks(req.kv, self.block_hashes(req, full))
 
     def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
         super().finish(req, finish_reason, stop_reason)
