@@ -195,7 +195,8 @@ def main(argv=None):
     print(f"engine: {ec.num_blocks} blocks x {ec.block_size}, budget {ec.max_num_batched_tokens}, "
           f"max_num_seqs {ec.max_num_seqs}; workloads: {', '.join(f'{k} ({len(v)} requests)' for k, v in works.items())}")
     t = time.perf_counter()                   # warm-up: compile every kernel shape both engines will use
-    run(llm, works["shared"][:16] + ([([1] * 2100, 2)] if not a.quick else []), True, "warm-up")
+    warm = [r for w in works.values() for r in w[:16]] + ([([1] * 2100, 2)] if not a.quick else [])
+    run(llm, warm, True, "warm-up")           # (a nano-only kernel shape once stalled a timed run for ~1 s)
     print(f"warm-up: {time.perf_counter() - t:.1f} s")
     bw, tf = ceilings(device)
     import triton
