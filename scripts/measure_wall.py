@@ -181,6 +181,13 @@ def main(argv=None) -> int:
     p.add_argument("--batch", default="1,64", help="lesson 4: comma-separated batch sizes")
     p.add_argument("--reps", type=int, default=5, help="lessons 3-4: timed repetitions (the median is shown)")
     args = p.parse_args(argv)
+    uses = {"--budget-gb": {2}, "--block-size": {2, 6}, "--requests": {6}, "--context": {3}, "--batch": {4},
+            "--reps": {3, 4}}
+    given = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+    for flag in sorted(given & set(uses)):
+        if args.lesson not in uses[flag]:
+            print(f"note       : {flag} applies to lesson(s) {', '.join(map(str, sorted(uses[flag])))} only: "
+                  f"ignored for lesson {args.lesson}", file=sys.stderr)
     for flag, v in (("--budget-gb", args.budget_gb), ("--block-size", args.block_size),
                     ("--context", args.context), ("--reps", args.reps), ("--requests", args.requests)):
         if not v > 0:

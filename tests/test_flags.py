@@ -67,3 +67,11 @@ def test_watch_prints_progress_on_stderr_unless_quiet(capsys):
     q = Watch(_Engine(), total=3, quiet=True, every_s=0.0)
     q.prefill([1]), q.decode(2)
     assert capsys.readouterr().err == ""
+
+
+def test_measure_wall_says_which_given_flags_its_lesson_ignores(capsys):
+    from measure_wall import main as wall_main
+    wall_main(["--lesson", "6", "--requests", "4", "--context", "64"])
+    err = capsys.readouterr().err
+    assert "--context applies to lesson(s) 3 only: ignored for lesson 6" in err
+    assert "--requests" not in err
