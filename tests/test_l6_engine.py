@@ -188,3 +188,23 @@ def test_l6_smoke_usual_prompt_hits_and_matches_stage5(capsys):
     five = json.loads(capsys.readouterr().out)
     assert six["token_ids"] == five["token_ids"]
     assert six["usual_hit_tokens"] > 0 and six["prefill_tokens_computed"] < six["prompt_tokens"]
+
+
+def test_l6_stop_strings_and_stop_ids_finish_the_same_with_the_cache(tiny):
+    """Finish conditions read the output, not the cache: a stop string (picked from the uncached
+    run's own text, so it really fires) and a stop token id end every request at the same token."""
+    prompts = [{"prompt_token_ids": SYSTEM[:30] + _own(4, i)} for i in range(3)]
+    kw = dict(device="cpu", dtype="float32", block_size=8, max_num_batched_tokens=32, impl="torch")
+    off = LLM(None, enable_prefix_caching=False, **kw)
+    free = off.generate(prompts, SamplingParams(temperature=0, max_tokens=12), use_tqdm=False)
+    text = free[0].outputs[0].text
+    stop = next(text[i:i + 2] for i in range(3, len(text) - 2) if text[i:i + 2].isprintable() and text[i:i + 2].strip())
+    params = [SamplingParams(temperature=0, max_tokens=12, stop=[stop]),
+              SamplingParams(temperature=0, max_tokens=12, stop_token_ids=[free[1].outputs[0].token_ids[4]]),
+              SamplingParams(temperature=0, max_tokens=12)]
+    on = LLM(None, **kw)
+    got = [[(o.outputs[0].token_ids, o.outputs[0].text, o.outputs[0].finish_reason, o.outputs[0].stop_reason)
+            for o in m.generate(prompts, params, use_tqdm=False)] for m in (on, off)]
+    assert got[0] == got[1]
+    assert [g[2] for g in got[0]] == ["stop", "stop", "length"] and got[0][0][3] == stop
+    assert on.llm_engine.scheduler.stats.hits > 0
