@@ -64,8 +64,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
+    allocator_cls = BlockAllocator                  # stage 6 swaps in its prefix-caching KV cache manager
+
     def __init__(self, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int):
-        self.alloc = BlockAllocator(num_blocks, block_size)
+        self.alloc = self.allocator_cls(num_blocks, block_size)
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.waiting: deque[Request] = deque()     # FCFS; preempted requests go back to the front
         self.running: list[Request] = []           # admission order: the last one is preempted first

@@ -41,9 +41,10 @@ class CacheStats:
 
 
 class PrefixCachingScheduler(Scheduler):
+    allocator_cls = KVCacheManager                                # same interface as stage 2's allocator
+
     def __init__(self, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int):
         super().__init__(num_blocks, block_size, max_num_batched_tokens, max_num_seqs)
-        self.alloc = KVCacheManager(num_blocks, block_size)       # same interface as stage 2's allocator
         self.hashes: dict[Request, list[bytes]] = {}               # request -> its full blocks' hash chain
         self.hits: dict[str, int] = {}                             # this step's admissions: id -> cached tokens
         self.stats = CacheStats()
