@@ -58,10 +58,41 @@ class Workload:
     seed: int = 0
 
 
-def _check(name: str, ok: bool, detail: str = "") -> None:
-    CHECKS[name] += 1
+def _check(name: str, ok: bool, detail: str = "", counter: Counter = CHECKS) -> None:
+    counter[name] += 1
     if not ok:
         raise Violation(name, detail)
+
+
+def only(invariant: str, run_fn, *args) -> None:
+    """Run a workload; fail only if ``invariant`` is the one broken (the others are their own tests)."""
+    try:
+        run_fn(*args)
+    except Violation as v:
+        if v.invariant == invariant:
+            raise
+
+
+def finds(invariant: str, run_fn, strategy, *args, max_examples: int = 3000) -> bool:
+    """Does hypothesis find a workload on which ``run_fn(w, *args)`` breaks ``invariant``? (A planted
+    bug that crashes first, or breaks another invariant, does not count.)"""
+    from hypothesis import HealthCheck, find, settings
+    from hypothesis.errors import NoSuchExample
+
+    def broken(w):
+        try:
+            run_fn(w, *args)
+        except Violation as v:
+            return v.invariant == invariant
+        except Exception:
+            return False
+        return False
+    try:
+        find(strategy, broken, settings=settings(max_examples=max_examples, derandomize=True, deadline=None,
+                                                 suppress_health_check=list(HealthCheck)))
+    except NoSuchExample:
+        return False
+    return True
 
 
 def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000) -> dict:

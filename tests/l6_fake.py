@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from l2_gather.allocator import OutOfBlocks
 from l4_sampler.params import SamplingParams
-from l5_fake import EOS, V, Violation, next_token, solo
+from l5_fake import EOS, V, next_token, solo
+from l5_fake import _check as l5_check
 from l5_scheduler.request import Request, RequestStatus
 from l6_prefix_cache.scheduler import PrefixCachingScheduler
 
@@ -47,9 +48,7 @@ def prompt_of(i: int, doc: int, shared: int, own: int) -> list[int]:
 
 
 def _check(name: str, ok: bool, detail: str = "") -> None:
-    CHECKS[name] += 1
-    if not ok:
-        raise Violation(name, detail)
+    l5_check(name, ok, detail, CHECKS)
 
 
 def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_000) -> dict:

@@ -15,11 +15,10 @@ Examples: 150 per test in CI (derandomized: the same examples on every machine).
 The session summary prints how many workloads, steps and invariant checks ran.
 """
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-import l5_fake
-from l5_fake import Violation, Workload, run
+from l5_fake import Workload, finds, only, run
 from l5_scheduler.request import KVBlocks
 from l5_scheduler.scheduler import Scheduler
 
@@ -38,13 +37,8 @@ def workloads(draw, max_requests=10):
     return Workload(block_size, num_blocks, budget, max_num_seqs, reqs, seed=draw(st.integers(0, 9)))
 
 
-def _only(invariant, w, scheduler_cls=Scheduler):
-    """Run the workload; fail only if `invariant` is the one broken (others are their own tests)."""
-    try:
-        run(w, scheduler_cls)
-    except Violation as v:
-        if v.invariant == invariant:
-            raise
+def _only(invariant, w):
+    only(invariant, run, w)
 
 
 @given(workloads())
@@ -164,18 +158,7 @@ class PreemptWithoutFree(Scheduler):    # a preempted request's blocks are never
     (PreemptWithoutFree, "free + owned = total"),
 ], ids=lambda x: x.__name__ if isinstance(x, type) else "")
 def test_l5_fuzz_finds_a_planted_scheduler_bug(bug, invariant):
-    def broken(w):
-        try:
-            run(w, bug, max_steps=2000)
-        except Violation as v:
-            return v.invariant == invariant
-        except Exception:   # a planted bug may also crash the allocator first: not the invariant we want
-            return False
-        return False
-    found = find(workloads(max_requests=6), broken,
-                 settings=settings(max_examples=3000, derandomize=True, deadline=None,
-                                   suppress_health_check=list(HealthCheck)))
-    assert found is not None
+    assert finds(invariant, run, workloads(max_requests=6), bug, 2000)
 
 
 def test_l5_fuzz_finds_a_planted_chunk_boundary_bug(monkeypatch):
@@ -185,12 +168,5 @@ def test_l5_fuzz_finds_a_planted_chunk_boundary_bug(monkeypatch):
     right = Request.tokens
     monkeypatch.setattr(Request, "tokens", lambda self, start, n: right(self, max(0, start - 1), n))
 
-    def broken(w):
-        try:
-            run(w, max_steps=2000)
-        except Violation as v:
-            return v.invariant == "outputs equal the solo run, however the request was chunked or preempted"
-        return False
-    assert find(workloads(max_requests=4), broken,
-                settings=settings(max_examples=2000, derandomize=True, deadline=None,
-                                  suppress_health_check=list(HealthCheck))) is not None
+    assert finds("outputs equal the solo run, however the request was chunked or preempted", run,
+                 workloads(max_requests=4), Scheduler, 2000, max_examples=2000)

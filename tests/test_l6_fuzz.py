@@ -18,13 +18,12 @@ Examples: 150 per test in CI (the l5-ci profile, derandomized); ``--hypothesis-p
 for 2000 random ones. The session summary prints the figures.
 """
 import pytest
-from hypothesis import HealthCheck, find, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-import l6_fake
-from l5_fake import Violation
+from l5_fake import finds, only
 from l6_fake import Workload, run
-from l6_prefix_cache import block_pool, hashing, kv_manager
+from l6_prefix_cache import hashing, kv_manager
 from l6_prefix_cache.scheduler import PrefixCachingScheduler
 
 
@@ -39,12 +38,8 @@ def workloads(draw, max_requests=10):
     return Workload(block_size, num_blocks, budget, max_num_seqs, reqs)
 
 
-def _only(invariant, w, scheduler_cls=PrefixCachingScheduler):
-    try:
-        run(w, scheduler_cls)
-    except Violation as v:
-        if v.invariant == invariant:
-            raise
+def _only(invariant, w):
+    only(invariant, run, w)
 
 
 @given(workloads())
@@ -91,12 +86,7 @@ def test_l6_fuzz_workloads_really_share_chunk_preempt_and_evict():
 
 # ---- every invariant can fail: planted cache bugs, each found by the same driver ---------------
 def _with_manager(manager_cls):
-    class Sched(PrefixCachingScheduler):
-        def __init__(self, *a):
-            super().__init__(*a)
-            self.alloc = manager_cls(self.alloc.num_blocks, self.alloc.block_size)
-    Sched.__name__ = manager_cls.__name__
-    return Sched
+    return type(manager_cls.__name__, (PrefixCachingScheduler,), {"allocator_cls": manager_cls})
 
 
 class NoTouchOnHit(kv_manager.KVCacheManager):          # a hit takes the blocks without a reference
@@ -186,15 +176,4 @@ class RecomputeLastTokenInPlace(PrefixCachingScheduler):   # the naive fix for a
     (NoHitCap, "every scheduled request computes at least one token (a full hit too)"),
 ], ids=lambda x: x.__name__ if isinstance(x, type) else "")
 def test_l6_fuzz_finds_a_planted_cache_bug(bug, invariant):
-    def broken(w):
-        try:
-            run(w, bug, max_steps=2000)
-        except Violation as v:
-            return v.invariant == invariant
-        except Exception:   # a planted bug may crash first: not the invariant we want
-            return False
-        return False
-    found = find(workloads(max_requests=6), broken,
-                 settings=settings(max_examples=3000, derandomize=True, deadline=None,
-                                   suppress_health_check=list(HealthCheck)))
-    assert found is not None
+    assert finds(invariant, run, workloads(max_requests=6), bug, 2000)
