@@ -72,6 +72,9 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     seq = tl.program_id(2)
+    k_head = k_ptr + kv_head * stride_kh                 # this kv head's K and V, and the sequence's
+    v_head = v_ptr + kv_head * stride_vh                 # block-table row: what stage 3's loop walks
+    bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
     kv_len = tl.load(kv_lens_ptr + seq)
     chunk = _split_chunk(kv_len, num_splits, BLOCK_N)
     lo = split * chunk
@@ -92,16 +95,14 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt
         q = q.to(tl.float32)
     limit = tl.zeros([ROWS], tl.int32) + kv_len - 1      # decode: the one query sees every key
 
-    m_i = tl.full([ROWS], float("-inf"), tl.float32)
-    l_i = tl.zeros([ROWS], tl.float32)
-    acc = tl.zeros([ROWS, D_PAD], tl.float32)
-    k_base = k_ptr + kv_head * stride_kh
-    v_base = v_ptr + kv_head * stride_vh
-    bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
-    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, full_hi, kv_len, limit,
+    # Stage 3's online-softmax state and loop, over this split's keys only: whole tiles unmasked,
+    # then the tail tile (if any) masked at kv_len.
+    acc, l_i, m_i = tl.zeros([ROWS, D_PAD], tl.float32), tl.zeros([ROWS], tl.float32), \
+        tl.full([ROWS], float("-inf"), tl.float32)
+    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_head, v_head, bt_row, lo, full_hi, kv_len, limit,
                                   offs_d, stride_kb, stride_ks, stride_vb, stride_vs, BLOCK_SIZE,
                                   qk_scale, HEAD_DIM, D_PAD, BLOCK_N, False, UPCAST)
-    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, full_hi, hi, kv_len, limit,
+    acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_head, v_head, bt_row, full_hi, hi, kv_len, limit,
                                   offs_d, stride_kb, stride_ks, stride_vb, stride_vs, BLOCK_SIZE,
                                   qk_scale, HEAD_DIM, D_PAD, BLOCK_N, True, UPCAST)
 
