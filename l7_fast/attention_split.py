@@ -240,7 +240,7 @@ if __name__ == "__main__":
     b, sms = Bench(device), _num_sms(torch.device("cuda", torch.cuda.current_device()))
     print(f"decode, Qwen3-0.6B heads (H_q {H_q}, H_kv {H_kv}, D {D}), bf16, block_size {bs}, {sms} SMs")
     print("| batch x ctx | splits (auto) | split µs | split % copy | l3 µs | l3 % copy | SDPA µs | SDPA % copy "
-          "| split vs l3 | split vs SDPA | best swept (splits, block_n): % copy |")
+          "| split vs l3 | split vs SDPA | best swept (splits, block_n, warps, stages): % copy |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for B, ctx in ((1, 32768), (8, 8192), (64, 4096)):
         args = make_paged_batch([1] * B, [ctx] * B, H_q, H_kv, D, bs, dtype, device, spare_blocks=0)
@@ -255,15 +255,16 @@ if __name__ == "__main__":
         k, v = ba.dense_kv(args, ctx)                                       # [B, H_kv, ctx, D]
         qd = args[0].view(B, H_q, 1, D)
         t_sdpa = b.time(lambda: ba.sdpa(qd, k, v, False))
-        sweep = {}
-        for bn in (64, 128):
+        sweep = {}                                     # (splits, block_n, warps, stages) -> ms
+        for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2)):
             for n in (2, 4, 8, 16, 32, 64, 128):
                 if n * bn <= ctx:
-                    c = KernelConfig(1, bn, 4, 2)
-                    sweep[(n, bn)] = b.time(lambda: paged_attention_split(*args, max_seqlen_q=1, num_splits=n, config=c))
+                    c = KernelConfig(1, bn, w, st)
+                    sweep[(n, bn, w, st)] = b.time(
+                        lambda: paged_attention_split(*args, max_seqlen_q=1, num_splits=n, config=c))
         best = min(sweep, key=sweep.get)
         print(f"| {B} x {ctx} | {auto} | {t_split * 1e3:.1f} | {pct(t_split):.0f}% | {t_l3 * 1e3:.1f} | {pct(t_l3):.0f}% | "
               f"{t_sdpa * 1e3:.1f} | {pct(t_sdpa):.0f}% | {t_l3 / t_split:.2f}x | {t_sdpa / t_split:.2f}x | "
               f"{best}: {pct(sweep[best]):.0f}% |   (max|split - l3| {err:.1e})")
-        print("  sweep % copy: " + ", ".join(f"{n}x{bn}: {pct(ms):.0f}" for (n, bn), ms in sweep.items()))
+        print("  sweep % copy: " + ", ".join(f"{k}: {pct(ms):.0f}" for k, ms in sweep.items()))
         del args, k, v
