@@ -50,7 +50,7 @@ from l3_paged.kernel_config import KernelConfig, pick_config
 from l3_paged.validate import check_paged_layout
 
 MIN_KEYS_PER_SPLIT = 256   # below this a split's fixed cost (q load, partial write) dominates
-WAVES = 2                  # aim for this many programs per SM
+WAVES = 3                  # aim for this many programs per SM (3 tiles of 64 keys fit an SM's shared memory)
 MAX_SPLITS = 128
 
 
@@ -151,6 +151,17 @@ def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: 
     return max(1, min(want, max_kv_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
 
 
+def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype) -> KernelConfig:
+    """Tiles of the split kernel: stage 3's decode tiles, but 64-key steps for 16-bit D <= 128.
+    On the H200 (first run, 8 x 8192, Qwen3-0.6B heads) 128-key steps held ~35% of copy bandwidth
+    at every split count and 64-key steps 70-77%: half the shared memory per program, so more
+    programs per SM stream at once."""
+    cfg = pick_config(1, num_seqs, num_seqs, g_pad, d_pad, dtype)
+    if INTERPRET or dtype == torch.float32 or d_pad > 128:
+        return cfg
+    return KernelConfig(cfg.block_q, block_n=64, num_warps=4, num_stages=2)
+
+
 def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):
     """Launch the merge (module-level so a test can plant a wrong one and see the tests fail)."""
     S, H_q, _, D = acc.shape
@@ -167,7 +178,7 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
     Host ints decide everything: a step with ``max_seqlen_q > 1`` (prefill chunks) or
     ``num_splits == 1`` runs stage 3's kernel. ``max_seqlen_kv`` bounds the context length for the
     split choice; without it the block table's width (``block_table.shape[1] * block_size``) does.
-    ``num_splits`` overrides :func:`pick_num_splits`; ``config`` overrides stage 3's decode tiles.
+    ``num_splits`` overrides :func:`pick_num_splits`; ``config`` overrides :func:`split_config`.
     """
     check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
     T, H_q, D = q.shape
@@ -191,7 +202,7 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
         raise UserError(f"S={S} exceeds CUDA's 65535 grid limit on axis 2: split the batch")
     G = H_q // H_kv
     d_pad = max(16, triton.next_power_of_2(D))
-    cfg = config or pick_config(1, T, S, triton.next_power_of_2(G), d_pad, q.dtype)
+    cfg = config or split_config(S, triton.next_power_of_2(G), d_pad, q.dtype)
     scale = D ** -0.5 if scale is None else float(scale)
     if not scale > 0:
         raise UserError(f"scale must be > 0 (got {scale}); the default is 1/sqrt(D)")
@@ -217,7 +228,7 @@ if __name__ == "__main__":
     from l1_dense.config import PRESETS
     from l3_paged.attention_ref import paged_attention_ref
     from l3_paged.paged_batch import make_paged_batch
-    from l7_fast.bench import CHECKS, Bench
+    from l7_fast.bench import CHECKS, Bench, graph_ms, host_us, try_graph_ms
     import scripts.bench_attention as ba
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -237,34 +248,36 @@ if __name__ == "__main__":
     cfg, dtype, bs = PRESETS["Qwen/Qwen3-0.6B"], torch.bfloat16, 16
     H_q, H_kv, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     assert (ba.H_KV, ba.D, ba.BLOCK_SIZE) == (H_kv, D, bs), "dense_kv gathers with stage 3's bench shape"
-    b, sms = Bench(device), _num_sms(torch.device("cuda", torch.cuda.current_device()))
-    print(f"decode, Qwen3-0.6B heads (H_q {H_q}, H_kv {H_kv}, D {D}), bf16, block_size {bs}, {sms} SMs")
-    print("| batch x ctx | splits (auto) | split µs | split % copy | l3 µs | l3 % copy | SDPA µs | SDPA % copy "
-          "| split vs l3 | split vs SDPA | best swept (splits, block_n, warps, stages): % copy |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    b, sms = Bench(), _num_sms(torch.device("cuda", torch.cuda.current_device()))
+    print(f"decode, Qwen3-0.6B heads (H_q {H_q}, H_kv {H_kv}, D {D}), bf16, block_size {bs}, {sms} SMs. "
+          "% = of copy bandwidth; graph = GPU time from CUDA-graph replay (L2 flushed), eager = do_bench")
+    print("| batch x ctx | splits (auto) | split µs graph | split % | split µs eager | split host µs | l3 µs graph "
+          "| l3 % | l3 µs eager | SDPA µs graph | SDPA % | SDPA µs eager | split vs l3 | split vs SDPA |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for B, ctx in ((1, 32768), (8, 8192), (64, 4096)):
         args = make_paged_batch([1] * B, [ctx] * B, H_q, H_kv, D, bs, dtype, device, spare_blocks=0)
         nbytes = 2 * B * ctx * H_kv * D * 2 + 2 * B * H_q * D * 2          # K/V read, q read, out written
-        pct = lambda ms: 100 * nbytes / ms / 1e6 / b.copy_gbps            # noqa: E731
         auto = pick_num_splits(B, H_kv, ctx, sms)
-        out = paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx)
-        l3_out = paged_attention_triton(*args, max_seqlen_q=1)
-        err = (out.float() - l3_out.float()).abs().max().item()
-        t_split = b.time(lambda: paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx))
-        t_l3 = b.time(lambda: paged_attention_triton(*args, max_seqlen_q=1))
+        err = (paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx).float()
+               - paged_attention_triton(*args, max_seqlen_q=1).float()).abs().max().item()
         k, v = ba.dense_kv(args, ctx)                                       # [B, H_kv, ctx, D]
         qd = args[0].view(B, H_q, 1, D)
-        t_sdpa = b.time(lambda: ba.sdpa(qd, k, v, False))
-        sweep = {}                                     # (splits, block_n, warps, stages) -> ms
-        for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2)):
-            for n in (2, 4, 8, 16, 32, 64, 128):
+        fns = dict(split=lambda: paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx),
+                   l3=lambda: paged_attention_triton(*args, max_seqlen_q=1),
+                   sdpa=lambda: ba.sdpa(qd, k, v, False))
+        g = {name: try_graph_ms(fn) for name, fn in fns.items()}
+        e = {name: b.eager(fn) for name, fn in fns.items()}
+        us = {name: f"{g[name] * 1e3:.1f} | {b.pct(nbytes, g[name]):.0f}% | {e[name] * 1e3:.1f}" for name in g}
+        print(f"| {B} x {ctx} | {auto} | {us['split']} | {host_us(fns['split']):.0f} | {us['l3']} | {us['sdpa']} | "
+              f"{g['l3'] / g['split']:.2f}x | {g['sdpa'] / g['split']:.2f}x |   (max|split - l3| {err:.1e})")
+        sweep = {}                                     # (splits, block_n, warps, stages) -> graph ms
+        for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2)):
+            for n in (4, 8, 16, 32, 64, 128):
                 if n * bn <= ctx:
                     c = KernelConfig(1, bn, w, st)
-                    sweep[(n, bn, w, st)] = b.time(
+                    sweep[(n, bn, w, st)] = graph_ms(
                         lambda: paged_attention_split(*args, max_seqlen_q=1, num_splits=n, config=c))
         best = min(sweep, key=sweep.get)
-        print(f"| {B} x {ctx} | {auto} | {t_split * 1e3:.1f} | {pct(t_split):.0f}% | {t_l3 * 1e3:.1f} | {pct(t_l3):.0f}% | "
-              f"{t_sdpa * 1e3:.1f} | {pct(t_sdpa):.0f}% | {t_l3 / t_split:.2f}x | {t_sdpa / t_split:.2f}x | "
-              f"{best}: {pct(sweep[best]):.0f}% |   (max|split - l3| {err:.1e})")
-        print("  sweep % copy: " + ", ".join(f"{k}: {pct(ms):.0f}" for k, ms in sweep.items()))
+        print(f"  sweep (graph, % of copy), best {best}: {b.pct(nbytes, sweep[best]):.0f}%: "
+              + ", ".join(f"{key}: {b.pct(nbytes, ms):.0f}" for key, ms in sweep.items()))
         del args, k, v
