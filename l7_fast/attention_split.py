@@ -152,10 +152,11 @@ def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: 
 
 
 def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype) -> KernelConfig:
-    """Tiles of the split kernel: stage 3's decode tiles, but 64-key steps for 16-bit D <= 128.
-    On the H200 (first run, 8 x 8192, Qwen3-0.6B heads) 128-key steps held ~35% of copy bandwidth
-    at every split count and 64-key steps 70-77%: half the shared memory per program, so more
-    programs per SM stream at once."""
+    """Tiles of the split kernel: stage 3's decode tiles, but 64-key steps for 16-bit D <= 128
+    (half the shared memory per program, so more programs per SM stream at once). H200 sweep,
+    Qwen3-0.6B heads, CUDA-graph timing: best were 64 splits x 64 keys at 1 x 32768 (66% of copy
+    bandwidth; 128-key steps 66% at 32 splits) and 8 splits x 64 keys at 8 x 8192 (82%; 128 keys
+    73%); the automatic choice (50 and 7 splits) got 67% and 80% (docs/l7_kernels_h200.md)."""
     cfg = pick_config(1, num_seqs, num_seqs, g_pad, d_pad, dtype)
     if INTERPRET or dtype == torch.float32 or d_pad > 128:
         return cfg
