@@ -1,0 +1,235 @@
+"""q/k RMSNorm (Qwen3) + RoPE + the paged KV-cache write, as one Triton kernel.
+
+The spec is what happens between the projections and the attention call in stage 1's
+``Attention.forward``, followed by stage 3's ``PagedKVCache.set_kv``:
+
+    q, k = q_norm(q), k_norm(k)        Qwen3 only: RMSNorm over each head's D channels
+                                       (float32, cast, then * weight: two roundings)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+           x * cos + rotate_half(x) * sin, in the model dtype: each product rounded, then the sum
+    K.view(-1, H_kv, D)[slot_mapping] = k;  V.view(-1, H_kv, D)[slot_mapping] = v
+
+With x = [x1, x2] (the two halves of a head, HALF = D / 2), rotate_half(x) = [-x2, x1], so
+
+    out1 = x1 * cos1 - x2 * sin1,   out2 = x2 * cos2 + x1 * sin2       (cos1 == cos2 for HF tables)
+
+The kernel rounds at the same points as torch. cos/sin are the model's own [T, D] tables
+(``CausalLM.rope``: float32, then cast to the model dtype), so every layer shares one table and
+no cos/sin of Triton's enters. The only float32 difference left is the order of q/k-norm's sum of
+squares. Tolerances: fp32 1e-5, fp16 1e-3, bf16 1.5e-2.
+
+    q            [T, H_q, D]    any token / head stride (a view into a fused qkv output is fine)
+    k, v         [T, H_kv, D]   same
+    cos, sin     [T, D]         model dtype
+    q/k_norm_weight [D] or None (Llama, Qwen2: no q/k norm)
+    k/v_cache    [num_blocks, block_size, H_kv, D]
+    slot_mapping [T] int64      flat slot = block * block_size + offset; slot < 0: do not write
+                                (padding rows of a CUDA-graph batch; the torch path has no such rows)
+    q_out        [T, H_q, D]    the roped q (may be q itself)
+
+Grid: (T, H_q + H_kv). Program (t, h) owns one head of one token: h < H_q normalises and ropes
+q head h and writes it to q_out; h >= H_q does k head h - H_q, writes it into the cache and copies
+v's head beside it. Bytes: read T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
+On the H200 that grid is the weak point: 26% of copy bandwidth at 4096 tokens (98k one-warp
+programs), though 6x faster than the torch path; one program per token over a [heads, D/2] tile
+is the next step (docs/l7_kernels_h200.md).
+"""
+from __future__ import annotations
+
+import torch
+
+from l1_dense.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
+from l1_dense.errors import UserError
+from l1_dense.model import Attention, apply_rope
+
+import triton
+import triton.language as tl
+
+from l3_paged.cache import PagedKVCache
+from l3_paged.validate import FLOAT_DTYPES
+
+
+@triton.jit
+def _mul_round(a, b):
+    """a * b in float32, rounded to a's dtype: one torch elementwise op in the model dtype."""
+    return (a.to(tl.float32) * b.to(tl.float32)).to(a.dtype)
+
+
+@triton.jit
+def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constexpr,
+               HAS_NORM: tl.constexpr):
+    """One head: load its halves [HALF_PAD] each, optional RMSNorm, then RoPE. Returns both halves."""
+    x1 = tl.load(x_ptr + d, mask=ok, other=0.0)
+    x2 = tl.load(x_ptr + HALF + d, mask=ok, other=0.0)
+    if HAS_NORM:
+        f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
+        rstd = tl.math.rsqrt((tl.sum(f1 * f1, 0) + tl.sum(f2 * f2, 0)) * inv_d + eps)
+        x1 = _mul_round((f1 * rstd).to(x1.dtype), tl.load(w_ptr + d, mask=ok, other=0.0))
+        x2 = _mul_round((f2 * rstd).to(x2.dtype), tl.load(w_ptr + HALF + d, mask=ok, other=0.0))
+    o1 = _mul_round(x1, c1).to(tl.float32) - _mul_round(x2, s1).to(tl.float32)
+    o2 = _mul_round(x2, c2).to(tl.float32) + _mul_round(x1, s2).to(tl.float32)
+    return o1.to(x1.dtype), o2.to(x1.dtype)
+
+
+@triton.jit
+def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
+                               qo_ptr, kc_ptr, vc_ptr, slot_ptr, inv_d, eps, H_q,
+                               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                               stride_ct, stride_st, stride_ot, stride_oh,
+                               stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
+                               BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
+                               HAS_NORM: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    d = tl.arange(0, HALF_PAD)                                          # [HALF_PAD]
+    ok = d < HALF
+    c1 = tl.load(cos_ptr + t * stride_ct + d, mask=ok, other=0.0)
+    c2 = tl.load(cos_ptr + t * stride_ct + HALF + d, mask=ok, other=0.0)
+    s1 = tl.load(sin_ptr + t * stride_st + d, mask=ok, other=0.0)
+    s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=ok, other=0.0)
+    if h < H_q:                                                         # a q head
+        o1, o2 = _norm_rope(q_ptr + t * stride_qt + h * stride_qh, qw_ptr, c1, c2, s1, s2, d, ok,
+                            inv_d, eps, HALF, HAS_NORM)
+        dst = qo_ptr + t * stride_ot + h * stride_oh
+        tl.store(dst + d, o1, mask=ok)
+        tl.store(dst + HALF + d, o2, mask=ok)
+    else:                                                               # a kv head: k roped, v as is
+        kh = h - H_q
+        slot = tl.load(slot_ptr + t)
+        if slot >= 0:
+            o1, o2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
+                                inv_d, eps, HALF, HAS_NORM)
+            blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE            # flat slot -> (block, offset)
+            kc = kc_ptr + blk * stride_kcb + off * stride_kcs + kh * stride_kch
+            tl.store(kc + d, o1, mask=ok)
+            tl.store(kc + HALF + d, o2, mask=ok)
+            v_src = v_ptr + t * stride_vt + kh * stride_vh
+            vc = vc_ptr + blk * stride_vcb + off * stride_vcs + kh * stride_vch
+            tl.store(vc + d, tl.load(v_src + d, mask=ok), mask=ok)
+            tl.store(vc + HALF + d, tl.load(v_src + HALF + d, mask=ok), mask=ok)
+
+
+def _need(ok, message):
+    """``message`` is a lambda: the f-strings are built only on failure (this runs every layer)."""
+    if not ok:
+        raise UserError(message())
+
+
+def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_norm_weight=None,
+                       k_norm_weight=None, eps=1e-6, q_out=None):
+    """Norm (if weights are given) and rope q and k, write k and v into the paged cache at
+    ``slot_mapping``. Returns the roped q ``[T, H_q, D]`` (``q_out``, which may be ``q``)."""
+    _need(q.dim() == 3 and k.dim() == 3 and v.shape == k.shape,
+          lambda: f"q must be [T, H_q, D], k and v [T, H_kv, D]; got {tuple(q.shape)}, {tuple(k.shape)}, "
+                  f"{tuple(v.shape)}")
+    T, H_q, D = q.shape
+    _need(k_cache.dim() == 4 and v_cache.shape == k_cache.shape,
+          lambda: f"k/v_cache must be [num_blocks, block_size, H_kv, D], got {tuple(k_cache.shape)}, "
+                  f"{tuple(v_cache.shape)}")
+    _, block_size, H_kv, _ = k_cache.shape
+    _need(k.shape == (T, H_kv, D), lambda: f"k is {tuple(k.shape)}, the cache wants [T={T}, H_kv={H_kv}, D={D}]")
+    _need(D % 2 == 0 and cos.shape == (T, D) and sin.shape == (T, D),
+          lambda: f"cos/sin must be [T, D] = [{T}, {D}] with D even, got {tuple(cos.shape)}, {tuple(sin.shape)}")
+    _need(q.dtype in FLOAT_DTYPES, lambda: f"q dtype {q.dtype} unsupported: use float32, float16 or bfloat16")
+    _need((q_norm_weight is None) == (k_norm_weight is None), lambda: "pass both q/k norm weights or neither")
+    norm_w = () if q_norm_weight is None else (q_norm_weight, k_norm_weight)
+    for name, t in (("k", k), ("v", v), ("cos", cos), ("sin", sin), ("k_cache", k_cache),
+                    ("v_cache", v_cache)) + tuple(zip(("q_norm_weight", "k_norm_weight"), norm_w)):
+        _need(t.dtype == q.dtype and t.device == q.device,
+              lambda: f"{name} is {t.dtype} on {t.device}; q is {q.dtype} on {q.device} (one model dtype)")
+        _need(t.stride(-1) == 1, lambda: f"{name} must have stride(-1) == 1, got strides {t.stride()}")
+    for w in norm_w:
+        _need(w.shape == (D,), lambda: f"q/k norm weights must be [D={D}], got {tuple(w.shape)}")
+    _need(slot_mapping.shape == (T,) and slot_mapping.dtype == torch.int64 and slot_mapping.device == q.device,
+          lambda: f"slot_mapping must be [T={T}] int64 on {q.device}, got {tuple(slot_mapping.shape)} "
+                  f"{slot_mapping.dtype}")
+    _need(q.stride(-1) == 1, lambda: f"q must have stride(-1) == 1, got strides {q.stride()}")
+    q_out = torch.empty(T, H_q, D, dtype=q.dtype, device=q.device) if q_out is None else q_out
+    _need(q_out.shape == q.shape and q_out.dtype == q.dtype and q_out.stride(-1) == 1,
+          lambda: f"q_out must be [T, H_q, D] {q.dtype} with stride(-1) == 1, got {tuple(q_out.shape)} {q_out.dtype}")
+    if T == 0:
+        return q_out
+    qw, kw = norm_w or (q, q)                                          # unused without HAS_NORM
+    _qk_norm_rope_write_kernel[(T, H_q + H_kv)](
+        q, k, v, cos, sin, qw, kw, q_out, k_cache, v_cache, slot_mapping, 1.0 / D, float(eps), H_q,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        cos.stride(0), sin.stride(0), q_out.stride(0), q_out.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        BLOCK_SIZE=block_size, HALF=D // 2, HALF_PAD=triton.next_power_of_2(D // 2),
+        HAS_NORM=bool(norm_w), num_warps=1 if D <= 128 else 2,
+        # No fma: with fusion on (Triton's default) the GPU computed x1*cos1 - x2*sin1 with one
+        # rounding instead of three, and only ~80% of bf16/fp16 elements matched torch (H200).
+        enable_fp_fusion=False)
+    return q_out
+
+
+def qk_norm_rope_write_ref(attn: Attention, q, k, v, cos, sin, kv: PagedKVCache, slot_mapping):
+    """The torch path: Attention.forward from the projections to the attention call, then set_kv.
+    Each torch op below reads and writes the whole [T, H, D] tensor once or more."""
+    if hasattr(attn, "q_norm"):
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    kv.set_kv(attn.layer_idx, slot_mapping, k, v)
+    return q
+
+
+def rope_case(cfg, T, device, dtype, *, num_blocks, block_size=16, seed=0):
+    """A random case for tests and the benchmark: the layer (random q/k-norm weights), q/k/v as
+    views of one fused [T, (H_q + 2 H_kv) D] projection, the model's cos/sin for random positions,
+    two identical NaN-filled caches (one per path) and shuffled distinct slots."""
+    from types import SimpleNamespace
+
+    from l1_dense.model import CausalLM, rope_inv_freq
+    torch.manual_seed(seed)
+    attn = Attention(cfg, 0).to(device=device, dtype=dtype).requires_grad_(False)
+    if cfg.qk_norm:
+        attn.q_norm.weight.copy_(torch.randn(cfg.head_dim))
+        attn.k_norm.weight.copy_(torch.randn(cfg.head_dim))
+    H_q, H_kv, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    qkv = torch.randn(T, (H_q + 2 * H_kv) * D, device=device).to(dtype)   # [T, (H_q + 2 H_kv) D]
+    q = qkv[:, :H_q * D].view(T, H_q, D)
+    k = qkv[:, H_q * D:(H_q + H_kv) * D].view(T, H_kv, D)
+    v = qkv[:, (H_q + H_kv) * D:].view(T, H_kv, D)
+    positions = torch.randint(0, cfg.max_position_embeddings, (T,), device=device)
+    # the model's own table code, without building a model (it reads only inv_freq)
+    cos, sin = CausalLM.rope(SimpleNamespace(inv_freq=rope_inv_freq(cfg).to(device)), positions, dtype)
+    caches = [PagedKVCache(cfg, num_blocks, block_size, device, dtype) for _ in range(2)]
+    for c in caches:
+        c.K[0].fill_(float("nan"))
+        c.V[0].fill_(float("nan"))
+    slots = torch.randperm(num_blocks * block_size, device=device)[:T]    # [T] int64, distinct
+    return attn, (q, k, v, cos, sin), caches, slots
+
+
+if __name__ == "__main__":
+    from dataclasses import replace
+
+    from l1_dense.config import PRESETS
+    from l7_fast.bench import CHECKS, Bench, fraction_equal
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cfg = replace(PRESETS["Qwen/Qwen3-0.6B"], num_layers=1)
+    for dtype, tol in CHECKS:
+        attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(cfg, 37, device, dtype, num_blocks=8)
+        norm = dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
+        out = qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, **norm)
+        ref = qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots)
+        flat = (-1, cfg.num_kv_heads, cfg.head_dim)
+        k_w, k_ref = kv.K[0].view(flat)[slots], kv_ref.K[0].view(flat)[slots]
+        ok = (torch.allclose(out, ref, atol=tol, rtol=tol) and torch.allclose(k_w, k_ref, atol=tol, rtol=tol)
+              and torch.equal(kv.V[0].view(flat)[slots], v))
+        print(f"check {str(dtype):15s} max|q - ref| = {(out.float() - ref.float()).abs().max().item():.2e}  "
+              f"max|k - ref| = {(k_w.float() - k_ref.float()).abs().max().item():.2e}  bit-equal q "
+              f"{fraction_equal(out, ref):.4f} k {fraction_equal(k_w, k_ref):.4f}  (atol=rtol={tol:g})  "
+              f"{'ok' if ok else 'FAIL'}")
+    if device == "cuda":
+        b, dtype = Bench(), torch.bfloat16
+        for T in (1, 64, 4096):
+            attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(cfg, T, device, dtype, num_blocks=T // 16 + 1)
+            norm = dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
+            qo = torch.empty_like(q)
+            nbytes = 2 * T * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim * 2 + 2 * T * cfg.head_dim * 2
+            b.row("qk_norm_rope_write", f"T={T} H 16/8 D 128 bf16", nbytes,
+                  lambda: qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, q_out=qo, **norm),
+                  lambda: qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots))

@@ -1,0 +1,267 @@
+"""Stage 7 groundwork: each fused kernel and the split-KV attention against its torch reference.
+
+Expected values come from the torch path the kernel replaces (l1_dense's RMSNorm, MLP
+expression, apply_rope and Attention's q/k norm; l3_paged's set_kv and attention_ref), never from
+the kernel. On a CPU the kernels run through the Triton interpreter in float32 and float16. No
+bfloat16 there: triton 3.9's interpreter truncates float32 -> bfloat16 casts (the GPU rounds to
+nearest even) and its bf16 tl.dot is wrong, so bf16 runs on the GPU only (`-m gpu`).
+"""
+from dataclasses import replace
+
+import pytest
+import torch
+
+import l7_fast  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
+from l1_dense.config import PRESETS, ModelConfig
+from l1_dense.errors import UserError
+from l1_dense.model import RMSNorm
+from l3_paged.attention_ref import paged_attention_ref
+from l3_paged.attention_triton import paged_attention_triton
+from l3_paged.kernel_config import KernelConfig
+from l3_paged.paged_batch import make_paged_batch
+from l7_fast import attention_split
+from l7_fast.attention_split import paged_attention_split, pick_num_splits
+from l7_fast.bench import fraction_equal
+from l7_fast.fused_act import silu_mul, silu_mul_ref
+from l7_fast.fused_norm import add_rms_norm, add_rms_norm_ref, rms_norm
+from l7_fast.fused_rope import qk_norm_rope_write, qk_norm_rope_write_ref, rope_case
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (CI is CPU-only)")
+F32, F16, BF16 = torch.float32, torch.float16, torch.bfloat16
+CPU_DTYPES = [F32, F16]
+
+# Tolerances (atol = rtol), kernel vs the torch path on the same rounded inputs:
+TOL = {
+    F32: 1e-5,     # only the float32 summation order (and Triton's rsqrt / exp) differ
+    F16: 1e-3,     # one fp16 ulp (2^-11 relative) where a float32 difference crosses a rounding edge
+    BF16: 1.5e-2,  # one bf16 ulp is 2^-8 relative
+}
+ATTN_TOL = {**TOL, F16: 2e-3}   # attention: p is rounded to fp16 before p @ v (stage 3's tolerance)
+# Where the kernel rounds at torch's points, nearly every element is bit-equal (measured: 1.0 in
+# fp16 on the CPU). Rounding at other points (e.g. weight * x in float32, then one cast) leaves
+# only ~74% equal (measured on random data, fp16 and bf16), while staying inside the tolerance.
+SAME_ROUNDING = 0.99
+
+
+def _dtype_params(gpu_dtypes=(BF16,)):
+    """CPU dtypes everywhere, plus GPU-only ones marked `gpu` (skipped on a CPU machine)."""
+    return CPU_DTYPES + [pytest.param(t, marks=[pytest.mark.gpu, requires_cuda]) for t in gpu_dtypes]
+
+
+def _ids(t):
+    return str(t)[6:]
+
+
+# --- RMSNorm and residual add -----------------------------------------------------------------
+def _norm(N, dtype, seed=0):
+    torch.manual_seed(seed)
+    norm = RMSNorm(N, 1e-6).to(device=DEVICE, dtype=dtype).requires_grad_(False)
+    norm.weight.copy_(torch.randn(N))
+    return norm
+
+
+@pytest.mark.parametrize("N", [64, 100, 1024])
+@pytest.mark.parametrize("dtype", _dtype_params(), ids=_ids)
+def test_l7_add_rms_norm_matches_l1_decoder_layer_rounding(dtype, N):
+    """residual + x is rounded to the model dtype exactly as torch adds; the norm rounds where
+    l1's RMSNorm rounds (normalise in float32, cast, then * weight)."""
+    norm = _norm(N, dtype)
+    x, res = (torch.randn(9, N, device=DEVICE).to(dtype) for _ in range(2))
+    out, h = add_rms_norm(x, res, norm.weight, norm.eps)
+    ref, h_ref = add_rms_norm_ref(x, res, norm)
+    assert torch.equal(h, h_ref)
+    torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
+    if dtype != F32:
+        assert fraction_equal(out, ref) >= SAME_ROUNDING
+    plain = rms_norm(x, norm.weight, norm.eps)
+    torch.testing.assert_close(plain, norm(x), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_l7_add_rms_norm_in_place_on_strided_rows():
+    """x as a view into a wider tensor (row stride != N); residual updated in place, out into x."""
+    norm = _norm(48, F32)
+    wide = torch.randn(5, 80, device=DEVICE)
+    x = wide[:, :48]                                                   # [5, 48], stride (80, 1)
+    res = torch.randn(5, 48, device=DEVICE)
+    ref, h_ref = add_rms_norm_ref(x.clone(), res.clone(), norm)
+    out, h = add_rms_norm(x, res, norm.weight, norm.eps, out=x, residual_out=res)
+    assert out is x and h is res
+    torch.testing.assert_close(x, ref, atol=1e-5, rtol=1e-5)
+    assert torch.equal(res, h_ref)
+
+
+def test_l7_rms_norm_rejects_a_weight_in_another_dtype():
+    with pytest.raises(UserError, match="weight must be a contiguous"):
+        rms_norm(torch.randn(2, 8, device=DEVICE).half(), torch.ones(8, device=DEVICE), 1e-6)
+
+
+# --- SiLU * mul --------------------------------------------------------------------------------
+@pytest.mark.parametrize("I", [48, 200, 3072])
+@pytest.mark.parametrize("dtype", _dtype_params(), ids=_ids)
+def test_l7_silu_mul_matches_l1_mlp_rounding(dtype, I):
+    wide = (4 * torch.randn(6, 2 * I + 16, device=DEVICE)).to(dtype)
+    gate_up = wide[:, :2 * I]                                           # row stride 2I + 16
+    out, ref = silu_mul(gate_up), silu_mul_ref(gate_up)
+    torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
+    if dtype != F32:
+        assert fraction_equal(out, ref) >= SAME_ROUNDING
+
+
+# --- q/k norm + RoPE + KV write ----------------------------------------------------------------
+TINY = ModelConfig(family="qwen3", vocab_size=32, hidden_size=64, intermediate_size=64, num_layers=1,
+                   num_heads=4, num_kv_heads=2, head_dim=32, max_position_embeddings=4096, qk_norm=True)
+ROPE_CFGS = {
+    "qwen3_qknorm": TINY,
+    "qwen3_D48": replace(TINY, head_dim=48, num_heads=6, num_kv_heads=1),       # padded halves, GQA 6:1
+    "llama3_scaled_rope": replace(TINY, family="llama", qk_norm=False, rope_scaling=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+        original_max_position_embeddings=256)),
+}
+
+
+def _rope_run(cfg, T, dtype, **case_kw):
+    attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(cfg, T, DEVICE, dtype, **case_kw)
+    norm = (dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
+            if cfg.qk_norm else {})
+    out = qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, **norm)
+    ref = qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots)
+    return out, ref, kv, kv_ref, slots, v
+
+
+@pytest.mark.parametrize("name", list(ROPE_CFGS))
+@pytest.mark.parametrize("dtype", _dtype_params(), ids=_ids)
+def test_l7_qk_norm_rope_write_matches_l1_attention_and_l3_set_kv(dtype, name):
+    cfg = ROPE_CFGS[name]
+    out, ref, kv, kv_ref, slots, v = _rope_run(cfg, 7, dtype, num_blocks=3, block_size=4)
+    tol = TOL[dtype]
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    torch.testing.assert_close(kv.K[0], kv_ref.K[0], atol=tol, rtol=tol, equal_nan=True)  # NaN = untouched
+    assert torch.equal(kv.V[0].isnan(), kv_ref.V[0].isnan())
+    assert torch.equal(kv.V[0].view(-1, cfg.num_kv_heads, cfg.head_dim)[slots], v)      # v copied exactly
+    if dtype != F32:
+        assert fraction_equal(out, ref) >= SAME_ROUNDING
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_l7_qk_norm_rope_write_qwen3_0_6b_shape_bf16():
+    cfg = replace(PRESETS["Qwen/Qwen3-0.6B"], num_layers=1)
+    out, ref, kv, kv_ref, slots, v = _rope_run(cfg, 300, BF16, num_blocks=32)
+    torch.testing.assert_close(out, ref, atol=TOL[BF16], rtol=TOL[BF16])
+    torch.testing.assert_close(kv.K[0], kv_ref.K[0], atol=TOL[BF16], rtol=TOL[BF16], equal_nan=True)
+    assert fraction_equal(out, ref) >= SAME_ROUNDING
+
+
+def test_l7_qk_norm_rope_write_skips_negative_slots():
+    """slot -1 marks a padding row (a CUDA-graph batch bucket): nothing of it reaches the cache."""
+    attn, (q, k, v, cos, sin), (kv, _), slots = rope_case(TINY, 5, DEVICE, F32, num_blocks=2, block_size=4)
+    slots[[1, 3]] = -1
+    norm = dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
+    qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, **norm)
+    written = (~kv.V[0].view(-1, 2, 32).isnan()).all(-1).all(-1)      # [num_slots] bool
+    assert written.sum() == 3 and written[slots[[0, 2, 4]]].all()
+
+
+# --- split-KV decode attention ------------------------------------------------------------------
+# (heads, head_dim, block_size, kv_lens, num_splits). Interpreter tiles: BLOCK_N = 32 keys, so
+# 100 keys already make 4 key tiles and several splits.
+SPLIT_CASES = {
+    "several_splits": ((8, 2), 64, 16, [300], 4),                        # chunk 96: 96+96+96+12
+    "uneven_last_split": ((8, 2), 64, 12, [250, 97], 3),                 # chunks 96 / 64, last short
+    "gqa_6_1_D80": ((6, 1), 80, 16, [200, 33], 5),                       # non-pow2 G and D
+    "mha_4_4_bs1": ((4, 4), 32, 1, [130], 2),
+    "shorter_than_one_split": ((8, 2), 64, 16, [700, 5, 1, 40], 8),      # 5, 1, 40 keys: 1 split
+    "more_splits_than_tiles": ((8, 2), 64, 16, [100], 16),               # only 4 splits run
+}
+CPU_SPLIT_CONFIG = KernelConfig(1, 32, 4, 2)
+GPU_SPLIT_CASES = {
+    "qwen3_0.6b_1x4096": ((16, 8), 128, 16, [4096], None),
+    "qwen3_0.6b_3_mixed_lengths": ((16, 8), 128, 16, [5000, 17, 1328], 8),
+    "gqa_6_1_D80": ((6, 1), 80, 16, [2000, 33], 5),
+    "qwen3_8b_heads_bs12": ((32, 8), 128, 12, [3001], 7),
+}
+
+
+def _split_run(heads, head_dim, block_size, kv_lens, num_splits, dtype, config=None):
+    args = make_paged_batch([1] * len(kv_lens), kv_lens, *heads, head_dim, block_size, dtype, DEVICE)
+    out = paged_attention_split(*args, max_seqlen_q=1, num_splits=num_splits, config=config)
+    assert out.dtype == dtype and torch.isfinite(out).all()            # NaN-poisoned unused slots
+    return out, paged_attention_ref(*args)
+
+
+@pytest.fixture
+def no_stage3_kernel(monkeypatch):
+    """The split cases must really split: the fallback to stage 3's kernel is made to fail."""
+    def fail(*a, **k):
+        raise AssertionError("took the unsplit fallback")
+    monkeypatch.setattr(attention_split, "paged_attention_triton", fail)
+
+
+@pytest.mark.parametrize("case", list(SPLIT_CASES))
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=_ids)
+def test_l7_split_kv_matches_reference(dtype, case, no_stage3_kernel):
+    out, ref = _split_run(*SPLIT_CASES[case], dtype, config=CPU_SPLIT_CONFIG)
+    torch.testing.assert_close(out, ref, atol=ATTN_TOL[dtype], rtol=ATTN_TOL[dtype])
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("case", list(GPU_SPLIT_CASES))
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=_ids)
+def test_l7_split_kv_matches_reference_gpu_tiles(dtype, case, no_stage3_kernel):
+    """The GPU's own tiles (stage 3's decode config); None = the automatic split count."""
+    out, ref = _split_run(*GPU_SPLIT_CASES[case], dtype)
+    torch.testing.assert_close(out, ref, atol=ATTN_TOL[dtype], rtol=ATTN_TOL[dtype])
+
+
+def _torch_merge(lse_correct):
+    """A merge in torch over the split kernel's partials; every split valid in the case used."""
+    def merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):    # acc [S, H_q, n, D], m/l [S, H_q, n]
+        if lse_correct:
+            w = torch.exp2(m - m.amax(-1, keepdim=True))             # rescale to the common max
+        else:
+            w = torch.ones_like(m)                                    # planted bug: forget the rescale
+        out.copy_(((acc * w[..., None]).sum(2) / (l * w).sum(2)[..., None]).to(out.dtype))
+    return merge
+
+
+@pytest.mark.parametrize("lse_correct", [True, False], ids=["torch_lse_merge", "planted_unscaled_merge"])
+def test_l7_split_kv_tests_catch_a_wrong_merge(monkeypatch, no_stage3_kernel, lse_correct):
+    """The partials are right (a torch log-sum-exp merge of them passes) and the test is sharp
+    enough to see a merge that forgets to rescale each split to the common max: it fails."""
+    monkeypatch.setattr(attention_split, "_merge", _torch_merge(lse_correct))
+    out, ref = _split_run(*SPLIT_CASES["several_splits"], F32, config=CPU_SPLIT_CONFIG)
+    if lse_correct:
+        torch.testing.assert_close(out, ref, atol=TOL[F32], rtol=TOL[F32])
+    else:
+        with pytest.raises(AssertionError):
+            torch.testing.assert_close(out, ref, atol=TOL[F32], rtol=TOL[F32])
+
+
+def test_l7_split_kv_falls_back_to_stage3_for_prefill_and_one_split():
+    """Prefill chunks (max_seqlen_q > 1) and num_splits == 1 are stage 3's kernel, same output."""
+    args = make_paged_batch([1, 5], [40, 20], 8, 2, 32, 16, F32, DEVICE)
+    for kw in (dict(max_seqlen_q=5), dict(max_seqlen_q=5, num_splits=4)):
+        torch.testing.assert_close(paged_attention_split(*args, **kw),
+                                   paged_attention_triton(*args, max_seqlen_q=5), atol=0, rtol=0)
+    dec = make_paged_batch([1], [40], 8, 2, 32, 16, F32, DEVICE)
+    torch.testing.assert_close(paged_attention_split(*dec, max_seqlen_q=1, num_splits=1),
+                               paged_attention_triton(*dec, max_seqlen_q=1), atol=0, rtol=0)
+
+
+def test_l7_pick_num_splits_from_host_ints():
+    """Split while the unsplit grid leaves SMs idle; never below MIN_KEYS_PER_SPLIT keys a split."""
+    sms = 132                                                          # H200
+    assert pick_num_splits(1, 8, 32768, sms) > 8                       # 8 programs on 132 SMs
+    assert pick_num_splits(8, 8, 8192, sms) > 1
+    assert pick_num_splits(64, 8, 4096, sms) == 1                      # 512 programs: already full
+    assert pick_num_splits(1, 8, 300, sms) == 1                        # too few keys to share
+    assert pick_num_splits(1, 8, 32768, sms) <= 32768 // attention_split.MIN_KEYS_PER_SPLIT
+
+
+def test_l7_split_kv_rejects_a_bad_split_count():
+    args = make_paged_batch([1], [40], 4, 2, 16, 16, F32, DEVICE)
+    with pytest.raises(UserError, match="num_splits must be a host int"):
+        paged_attention_split(*args, max_seqlen_q=1, num_splits=0)
