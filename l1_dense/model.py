@@ -12,8 +12,13 @@ decode token, or in later stages the tokens of many sequences concatenated) and 
 Attention itself is *not* in this file. Each attention layer hands q, k, v to the stage's KV
 object: ``kv.attend(layer_idx, q, k, v, meta) -> [T, H_q, D]``. The KV object stores k and v
 wherever its stage keeps them (a dense tensor, a token-flat pool, a block tensor) and runs its
-own attention (SDPA, a host gather, a Triton kernel). That is the only seam the later stages
-need; none of them edits this file.
+own attention (SDPA, a host gather, a Triton kernel). That is the only seam stages 2-6 need;
+none of them edits this file.
+
+The small ops of the hot path (add + RMSNorm, the q/k/v projections, q/k-norm + RoPE + the
+attention call, the gated activation) go through ``model.ops``, a :class:`TorchOps` written with
+plain torch: it is the spec, and stages 1-6 run it. Stage 7 swaps in fused Triton kernels with the
+same rounding (``l7_fast/ops.py``). That is the second seam; the arithmetic above is unchanged.
 
 ``meta`` is the stage's per-step metadata. The skeleton reads two fields from it:
 ``positions`` ([T] int64, RoPE positions) and ``logits_indices`` ([S] int64, the rows whose
@@ -76,6 +81,35 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos[:, None, :] + rotate_half(x) * sin[:, None, :]
 
 
+class TorchOps:
+    """The hot path's small ops in plain torch: the readable spec, used by stages 1-6.
+
+    Stage 7 replaces the object (``model.ops = FusedOps(model)``, l7_fast/ops.py) with Triton
+    kernels that round at the same points. Every method takes the module whose weights it uses.
+    """
+
+    def add_rms_norm(self, delta, h, norm):
+        """``h = h + delta`` (skipped when delta is None), then ``(h, norm(h))``."""
+        if delta is not None:
+            h = h + delta
+        return h, norm(h)
+
+    def qkv(self, attn, x):
+        """The three projections: ``[T, H_q*D], [T, H_kv*D], [T, H_kv*D]``."""
+        return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+
+    def rope_attend(self, attn, q, k, v, cos, sin, kv, meta):
+        """q/k-norm (Qwen3), RoPE, then the stage's KV object stores k, v and attends."""
+        if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head's D channels, before RoPE
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return kv.attend(attn.layer_idx, q, k, v, meta)               # [T, H_q, D]
+
+    def gate_up_act(self, mlp, x):
+        """SwiGLU's gate: ``silu(gate_proj(x)) * up_proj(x)``, [T, intermediate]."""
+        return F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int):
         super().__init__()
@@ -87,19 +121,17 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, self.h_kv * self.d, bias=bias)
         # Qwen2 has biases on q/k/v only; Llama and Qwen3 use one flag for all four.
         self.o_proj = nn.Linear(self.h_q * self.d, cfg.hidden_size, bias=bias and cfg.family != "qwen2")
-        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's D channels, before RoPE
+        if cfg.qk_norm:  # Qwen3 (TorchOps.rope_attend applies them)
             self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
 
-    def forward(self, x, cos, sin, kv, meta):
+    def forward(self, x, cos, sin, kv, meta, ops):
         T = x.shape[0]
-        q = self.q_proj(x).view(T, self.h_q, self.d)    # [T, H_q, D]
-        k = self.k_proj(x).view(T, self.h_kv, self.d)   # [T, H_kv, D]
-        v = self.v_proj(x).view(T, self.h_kv, self.d)   # [T, H_kv, D]
-        if hasattr(self, "q_norm"):
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        o = kv.attend(self.layer_idx, q, k, v, meta)    # [T, H_q, D], token-major
+        q, k, v = ops.qkv(self, x)                      # [T, H_q*D], [T, H_kv*D], [T, H_kv*D]
+        q = q.view(T, self.h_q, self.d)                 # [T, H_q, D]
+        k = k.view(T, self.h_kv, self.d)                # [T, H_kv, D]
+        v = v.view(T, self.h_kv, self.d)                # [T, H_kv, D]
+        o = ops.rope_attend(self, q, k, v, cos, sin, kv, meta)   # [T, H_q, D], token-major
         return self.o_proj(o.reshape(T, self.h_q * self.d))  # no transpose: already token-major
 
 
@@ -110,8 +142,8 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x):  # [T, hidden] -> [T, inter] -> [T, hidden]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x, ops):  # [T, hidden] -> [T, inter] -> [T, hidden]
+        return self.down_proj(ops.gate_up_act(self, x))      # silu(gate_proj(x)) * up_proj(x)
 
 
 class DecoderLayer(nn.Module):
@@ -122,9 +154,14 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, h, cos, sin, kv, meta):  # [T, hidden] -> [T, hidden]
-        h = h + self.self_attn(self.input_layernorm(h), cos, sin, kv, meta)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h, delta, cos, sin, kv, meta, ops):
+        """h = h + self_attn(norm(h)); h = h + mlp(norm(h)), with each add done by the next norm:
+        ``delta`` is the previous sublayer's output, not yet added to the residual stream ``h``
+        (None at layer 0). Returns ``(h, delta)`` the same way. The sums and their rounding are
+        the usual ones; the order lets an add and the norm after it be one op (stage 7 fuses them)."""
+        h, x = ops.add_rms_norm(delta, h, self.input_layernorm)       # h += delta; x = norm(h)
+        h, x = ops.add_rms_norm(self.self_attn(x, cos, sin, kv, meta, ops), h, self.post_attention_layernorm)
+        return h, self.mlp(x, ops)                                    # the MLP's output is the next delta
 
 
 class Backbone(nn.Module):
@@ -146,6 +183,7 @@ class CausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # [D/2] fp32
+        self.ops = TorchOps()                                         # stage 7: fused kernels
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype):
         """positions [T] -> cos, sin [T, D], computed in float32 and then cast (as HF does)."""
@@ -155,9 +193,10 @@ class CausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, kv, meta) -> torch.Tensor:
-        h = self.model.embed_tokens(input_ids)                        # [T, hidden]
+        h, delta = self.model.embed_tokens(input_ids), None           # [T, hidden]
         cos, sin = self.rope(meta.positions, h.dtype)
         for layer in self.model.layers:
-            h = layer(h, cos, sin, kv, meta)
-        h = self.model.norm(h[meta.logits_indices])                   # [S, hidden]
+            h, delta = layer(h, delta, cos, sin, kv, meta, self.ops)
+        rows = meta.logits_indices                                    # the rows that sample
+        _, h = self.ops.add_rms_norm(delta[rows], h[rows], self.model.norm)   # [S, hidden]
         return self.lm_head(h).float()                                # [S, vocab]

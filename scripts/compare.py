@@ -33,7 +33,10 @@ TOL = {"float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}  # atol = rtol, on hi
 def _record(layers, store):
     def hook(i):
         def fn(_module, _inputs, output):
-            h = output[0] if isinstance(output, tuple) else output
+            if isinstance(output, tuple) and len(output) == 2 and output[1] is not None:
+                h = output[0] + output[1]       # ours: (residual, MLP output not yet added)
+            else:
+                h = output[0] if isinstance(output, tuple) else output   # HF: the layer's output
             store[i].append(h.reshape(-1, h.shape[-1]).float().cpu())   # [T, hidden]
         return fn
     return [layer.register_forward_hook(hook(i)) for i, layer in enumerate(layers)]
