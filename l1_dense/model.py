@@ -17,8 +17,8 @@ none of them edits this file.
 
 The small ops of the hot path (add + RMSNorm, the q/k/v projections, q/k-norm + RoPE + the
 attention call, the gated activation) go through ``model.ops``, a :class:`TorchOps` written with
-plain torch: it is the spec, and stages 1-6 run it. Stage 7 swaps in fused Triton kernels with the
-same rounding (``l7_fast/ops.py``). That is the second seam; the arithmetic above is unchanged.
+plain torch: it is the spec, and stages 1-6 run it. Stage 7 passes fused Triton kernels with the
+same rounding (``forward(..., ops=FusedOps(model))``, ``l7_fast/ops.py``). That is the second seam; the arithmetic above is unchanged.
 
 ``meta`` is the stage's per-step metadata. The skeleton reads two fields from it:
 ``positions`` ([T] int64, RoPE positions) and ``logits_indices`` ([S] int64, the rows whose
@@ -84,8 +84,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class TorchOps:
     """The hot path's small ops in plain torch: the readable spec, used by stages 1-6.
 
-    Stage 7 replaces the object (``model.ops = FusedOps(model)``, l7_fast/ops.py) with Triton
-    kernels that round at the same points. Every method takes the module whose weights it uses.
+    Stage 7 passes another object (``model(ids, kv, meta, ops=FusedOps(model))``, l7_fast/ops.py)
+    whose Triton kernels round at the same points. Every method takes the module whose weights it uses.
     """
 
     def add_rms_norm(self, delta, h, norm):
@@ -183,7 +183,7 @@ class CausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # [D/2] fp32
-        self.ops = TorchOps()                                         # stage 7: fused kernels
+        self.ops = TorchOps()                                         # the default; stage 7 passes its own
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype):
         """positions [T] -> cos, sin [T, D], computed in float32 and then cast (as HF does)."""
@@ -192,11 +192,12 @@ class CausalLM(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, kv, meta) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, kv, meta, ops=None) -> torch.Tensor:
+        ops = self.ops if ops is None else ops                        # stage 7 passes its fused ops
         h, delta = self.model.embed_tokens(input_ids), None           # [T, hidden]
         cos, sin = self.rope(meta.positions, h.dtype)
         for layer in self.model.layers:
-            h, delta = layer(h, delta, cos, sin, kv, meta, self.ops)
+            h, delta = layer(h, delta, cos, sin, kv, meta, ops)
         rows = meta.logits_indices                                    # the rows that sample
-        _, h = self.ops.add_rms_norm(delta[rows], h[rows], self.model.norm)   # [S, hidden]
+        _, h = ops.add_rms_norm(delta[rows], h[rows], self.model.norm)   # [S, hidden]
         return self.lm_head(h).float()                                # [S, vocab]

@@ -165,7 +165,8 @@ def _paged_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, kv_lens_ptr, bt_ptr
 
 
 def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *,
-                           max_seqlen_q: int, scale=None, out=None, config: KernelConfig | None = None):
+                           max_seqlen_q: int, scale=None, out=None, config: KernelConfig | None = None,
+                           check: bool = True):
     """Paged attention for a whole batch in one launch. Returns ``out`` ``[T, H_q, D]``.
 
     ``max_seqlen_q`` (a host int, the longest query length in the batch) sizes the grid, so
@@ -173,7 +174,8 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block
     sync); ``validate_paged_inputs(..., max_seqlen_q=...)`` checks it in --check mode.
     ``config`` overrides :func:`pick_config` (benchmarks and tuning).
     """
-    check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
+    if check:  # stage 7 checks the layout once per step, not in every layer
+        check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
     T, H_q, D = q.shape
     _, block_size, H_kv, _ = k_cache.shape
     if not 1 <= D <= 256:

@@ -34,13 +34,17 @@ class LLMEngine:
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.scheduler = self.scheduler_cls(config.num_blocks, config.block_size, config.max_num_batched_tokens,
                                             config.max_num_seqs)
-        self.runner = ModelRunner(model, config.num_blocks, config.block_size, impl=impl, check=check)
+        self.runner = self.make_runner(impl=impl, check=check)
         self.sampler = Sampler(seed)
         self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)
         self.requests: dict[str, Request] = {}
         self.stats: list[StepStats] = []
         self._counter = 0
         self.last_meta = None
+
+    def make_runner(self, **kw) -> ModelRunner:
+        """The model runner (stage 7 returns its CUDA-graph one)."""
+        return ModelRunner(self.model, self.config.num_blocks, self.config.block_size, **kw)
 
     # ---- requests in ------------------------------------------------------------------------
     def _decode(self, ids: list[int]) -> str:

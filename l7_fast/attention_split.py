@@ -173,7 +173,7 @@ def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):
 
 def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *, max_seqlen_q: int,
                           max_seqlen_kv: int | None = None, num_splits: int | None = None, scale=None,
-                          out=None, config: KernelConfig | None = None):
+                          out=None, config: KernelConfig | None = None, check: bool = True):
     """Paged attention that splits the keys of decode steps. Returns ``out`` ``[T, H_q, D]``.
 
     Host ints decide everything: a step with ``max_seqlen_q > 1`` (prefill chunks) or
@@ -181,11 +181,12 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
     split choice; without it the block table's width (``block_table.shape[1] * block_size``) does.
     ``num_splits`` overrides :func:`pick_num_splits`; ``config`` overrides :func:`split_config`.
     """
-    check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
+    if check:  # the engine checks the layout once per step (FastRunner), not in every layer
+        check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
     T, H_q, D = q.shape
     _, block_size, H_kv, _ = k_cache.shape
     S = seq_lens_kv.shape[0]
-    l3 = dict(max_seqlen_q=max_seqlen_q, scale=scale, out=out, config=config)
+    l3 = dict(max_seqlen_q=max_seqlen_q, scale=scale, out=out, config=config, check=False)
     if max_seqlen_q != 1 or T != S:      # not decode-only (T == S with q_len <= 1: every q_len is 1)
         return paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, **l3)
     max_kv = block_table.shape[1] * block_size if max_seqlen_kv is None else max_seqlen_kv

@@ -1,0 +1,85 @@
+"""The skeleton's ops seam (``l1_dense/model.py``: ``TorchOps``) filled with fused Triton kernels.
+
+Per decoder layer, the torch path launches about 40 small kernels besides the matmuls and the
+attention kernel (RMSNorm alone is ~7: cast, pow, mean, add, rsqrt, mul, cast, mul). Here:
+
+    torch path (TorchOps, the spec)             fused path (FusedOps)
+    h = h + delta; x = norm(h)                  add_rms_norm         1 kernel   (fused_norm.py)
+    q_proj(x), k_proj(x), v_proj(x)             x @ W_qkv^T          1 matmul   (weights merged)
+    q_norm, k_norm, apply_rope x2, set_kv       qk_norm_rope_write   1 kernel   (fused_rope.py)
+    attention (stage 3's kernel)                attend_cached        1-2 kernels (split-KV)
+    silu(gate_proj(x)) * up_proj(x)             x @ W_gate_up^T, silu_mul  1 matmul + 1 kernel
+
+Every kernel rounds where the torch op does (normalise in float32, cast, then scale), so in
+float32 the two paths agree to float noise and in bfloat16 to a rare last-bit difference.
+
+Merged weights: ``merge_projections(model)`` concatenates q/k/v (and gate/up) rows into one
+matrix per layer and re-points the original ``q_proj.weight`` etc. at row slices of it, so no
+byte is duplicated and the torch path keeps working on the same model. One wider matmul reads
+the same weights as three narrow ones but launches once. In bfloat16 cuBLAS may pick another
+algorithm for the wider matmul, so its output can differ from the three narrow ones in the last
+bit: that is the one source of bf16 difference that is not a kernel's (lessons/l7_fast.md).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from l1_dense.model import TorchOps
+
+from .fused_act import silu_mul
+from .fused_norm import add_rms_norm, rms_norm
+from .fused_rope import qk_norm_rope_write
+
+
+def _merge(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One [sum(out), in] weight (and bias) whose row slices become the linears' own weights."""
+    w = torch.cat([lin.weight.data for lin in linears])
+    biases = [lin.bias for lin in linears]
+    b = torch.cat([x.data for x in biases]) if all(x is not None for x in biases) else None
+    start = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight.data = w[start:start + n]            # a view: same values, no second copy
+        if b is not None:
+            lin.bias.data = b[start:start + n]
+        start += n
+    return w, b
+
+
+def merge_projections(model) -> None:
+    """Give every layer ``attn.qkv_weight`` / ``qkv_bias`` and ``mlp.gate_up_weight``. Idempotent."""
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if not hasattr(attn, "qkv_weight"):
+            attn.qkv_weight, attn.qkv_bias = _merge([attn.q_proj, attn.k_proj, attn.v_proj])
+            attn.qkv_sizes = [attn.h_q * attn.d, attn.h_kv * attn.d, attn.h_kv * attn.d]
+        if not hasattr(mlp, "gate_up_weight"):
+            mlp.gate_up_weight, _ = _merge([mlp.gate_proj, mlp.up_proj])
+
+
+class FusedOps(TorchOps):
+    """``model.forward(ids, kv, meta, ops=FusedOps(model))``. ``kv`` must be a FastKVCache."""
+
+    def __init__(self, model):
+        merge_projections(model)
+
+    def add_rms_norm(self, delta, h, norm):
+        if delta is None:
+            return h, rms_norm(h, norm.weight, norm.eps)
+        x, h = add_rms_norm(delta, h, norm.weight, norm.eps, residual_out=h)   # h updated in place
+        return h, x
+
+    def qkv(self, attn, x):
+        return F.linear(x, attn.qkv_weight, attn.qkv_bias).split(attn.qkv_sizes, dim=-1)   # 3 views
+
+    def rope_attend(self, attn, q, k, v, cos, sin, kv, meta):
+        norm = hasattr(attn, "q_norm")
+        q = qk_norm_rope_write(q, k, v, cos, sin, kv.K[attn.layer_idx], kv.V[attn.layer_idx], meta.slot_mapping,
+                               q_norm_weight=attn.q_norm.weight if norm else None,
+                               k_norm_weight=attn.k_norm.weight if norm else None,
+                               eps=attn.q_norm.eps if norm else 1e-6)
+        return kv.attend_cached(attn.layer_idx, q, meta)
+
+    def gate_up_act(self, mlp, x):
+        return silu_mul(F.linear(x, mlp.gate_up_weight))

@@ -1,0 +1,215 @@
+"""The fast model runner: persistent inputs, fused ops, split-KV decode, CUDA graphs.
+
+Stage 5's runner, step by step, against this one:
+
+    stage 5                                      stage 7
+    7 torch.tensor(list) copies, table re-sent   1 pinned copy; only new block-table entries
+    layout checks in every layer's attention     checked once per step (--check) or never
+    ~58 launches per layer, each ~10 us of       decode: one CUDA graph replay for the whole
+      Python + driver time                         forward (capture once per batch bucket)
+    stage 3's kernel: 1 program per (seq, head)  split-KV: the keys of a sequence over many programs
+
+A decode-only step of n requests replays the graph of the smallest bucket B >= n (buckets 1, 2,
+4, 8, then every 16 up to max_num_seqs), with B - n padding rows (cache.py). Steps with prefill
+chunks, steps larger than the last bucket, and ``enforce_eager`` run the same forward eagerly.
+The split count of a decode step is a function of its bucket only (``decode_splits``), in both
+modes, so a graph replay and an eager step of the same batch do the same arithmetic.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from l1_dense.model import TorchOps
+from l3_paged.validate import check_paged_layout
+
+from .attention_split import _num_sms, pick_num_splits
+from .cache import FastKVCache, FastMeta
+from .ops import FusedOps
+from .step_inputs import Layout, StepInputs
+
+
+def graph_buckets(max_num_seqs: int) -> list[int]:
+    """1, 2, 4, 8, then every 16, up to and including max_num_seqs (vLLM uses 1, 2, 4, then 8s)."""
+    b = [x for x in (1, 2, 4, 8) if x < max_num_seqs] + list(range(16, max_num_seqs, 16))
+    return b + [max_num_seqs]
+
+
+class FastRunner:
+    def __init__(self, model, config, *, impl: str = "triton", check: bool = False, enforce_eager: bool = False,
+                 fused_ops: bool = True, split_kv: bool = True):
+        p = next(model.parameters())
+        self.model, self.device, self.block_size = model, p.device, config.block_size
+        self.cfg, self.config, self.check = model.cfg, config, check
+        self.cache = FastKVCache(model.cfg, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
+        self.ops = FusedOps(model) if fused_ops else TorchOps()
+        self.split_kv = split_kv and impl == "triton"
+        width = -(-config.max_model_len // config.block_size)
+        self.buf = StepInputs(config.max_num_batched_tokens, config.max_num_seqs, config.max_num_seqs + 1,
+                                 width, self.cache.pad_block, p.device)
+        self.use_graphs = not enforce_eager and p.device.type == "cuda"
+        self.buckets = graph_buckets(config.max_num_seqs)
+        self.graphs: dict[int, tuple] = {}
+        self.graph_bytes, self.capture_s = 0, 0.0
+        self.last_mode = None                        # "graph B" or "eager" (tests, --profile)
+        self.profile, self.last_wait = False, 0.0    # profile: sync after the forward, time the wait
+        if self.use_graphs:
+            self.capture()
+
+    # ---- the split choice: host ints only -------------------------------------------------------
+    def decode_splits(self, batch: int) -> int:
+        if not self.split_kv:
+            return 1
+        return pick_num_splits(batch, self.cfg.num_kv_heads, self.config.max_model_len, _num_sms(self.device))
+
+    def bucket(self, n: int) -> int | None:
+        for b in self.buckets:
+            if b >= n:
+                return b
+        return None
+
+    # ---- host side: one pass over the scheduled requests ----------------------------------------
+    def prepare(self, out, pad_to: int | None = None):
+        """Fill the pinned buffer for this step and copy it. Returns (layout, meta fields)."""
+        ids, positions, slots, cu, seq_lens, rows, logits = [], [], [], [0], [], [], []
+        upd_index, upd_block = [], []
+        row_of = self.buf.row_of
+        t = 0
+        for (req, n), sample in zip(out.scheduled, out.sample):
+            kv = req.kv
+            start = kv.cur_len
+            end = start + n
+            if n == 1:                               # a decode: the token at position start
+                P = len(req.prompt_ids)
+                ids.append(req.prompt_ids[start] if start < P else req.output_ids[start - P])
+                positions.append(start)
+                slots.append(kv.slot_indices[start])
+            else:
+                ids += req.tokens(start, n)
+                positions += range(start, end)
+                slots += kv.slot_indices[start:end]
+            t += n
+            cu.append(t)
+            seq_lens.append(end)
+            rows.append(row_of(req.request_id, kv, upd_index, upd_block))
+            if sample:
+                logits.append(t - 1)
+        S = len(seq_lens)
+        if pad_to is not None and pad_to > S:        # padding rows of a graph bucket: PAD block only
+            k = pad_to - S
+            ids += [0] * k
+            positions += [0] * k
+            slots += [self.cache.pad_slot] * k
+            cu += range(t + 1, t + k + 1)
+            seq_lens += [1] * k
+            rows += [self.buf.pad_row] * k
+            logits += range(t, t + k)
+            t, S = t + k, pad_to
+        lay = Layout(t, S, len(logits), len(upd_index))
+        self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
+        self.buf.upload(lay)
+        return lay, max(seq_lens)
+
+    def meta(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
+        f = self.buf.tensors(lay)
+        block_table = self.buf.table.index_select(0, f["rows"])      # [S, W]: one gather launch
+        meta = FastMeta(positions=f["positions"], slot_mapping=f["slot_mapping"], cu_seqlens_q=f["cu_seqlens_q"],
+                        seq_lens_kv=f["seq_lens_kv"], block_table=block_table, block_size=self.block_size,
+                        max_seqlen_q=max_seqlen_q, logits_indices=f["logits_indices"],
+                        max_seqlen_kv=max_seqlen_kv, num_splits=num_splits)
+        return f["input_ids"], meta
+
+    def forward(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
+        input_ids, meta = self.meta(lay, max_seqlen_q, max_seqlen_kv, num_splits)
+        return self.model(input_ids, self.cache, meta, ops=self.ops), meta
+
+    # ---- CUDA graphs ----------------------------------------------------------------------------
+    def capture(self) -> None:
+        """One graph per bucket, largest first, all sharing one memory pool."""
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_reserved()
+        pool, L = None, self.config.max_model_len
+        for B in sorted(self.buckets, reverse=True):
+            lay = self._pad_only(B)
+            splits = self.decode_splits(B)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):          # warm up: compile kernels, settle allocations
+                for _ in range(2):
+                    self.forward(lay, 1, L, splits)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits, _ = self.forward(lay, 1, L, splits)
+            pool = graph.pool()
+            self.graphs[B] = (graph, logits)
+        torch.cuda.synchronize()
+        self.graph_bytes = torch.cuda.memory_reserved() - before
+        self.capture_s = time.perf_counter() - t0
+
+    def _pad_only(self, B: int) -> Layout:
+        """A step of B padding rows: the inputs of a capture."""
+        pad = self.buf.pad_row
+        lay = Layout(B, B, B, 0)
+        self.buf.write(lay, [0] * B, [0] * B, [self.cache.pad_slot] * B, list(range(B)), list(range(B + 1)),
+                          [1] * B, [pad] * B, [], [])
+        self.buf.upload(lay)
+        return lay
+
+    # ---- one step -------------------------------------------------------------------------------
+    def execute(self, out):
+        """Returns logits [S', V] float32 for the rows that sample, and the step's metadata."""
+        logits, meta = self._execute(out)
+        if self.profile and self.device.type == "cuda":   # the sampler syncs next anyway: wait here, timed
+            t0 = time.perf_counter()
+            torch.cuda.synchronize()
+            self.last_wait = time.perf_counter() - t0
+        return logits, meta
+
+    def _execute(self, out):
+        n = len(out.scheduled)
+        decode = out.num_tokens == n                 # every scheduled request computes one token
+        B = self.bucket(n) if decode else None
+        if decode and B is not None and self.use_graphs:
+            lay, _ = self.prepare(out, pad_to=B)
+            if self.check:
+                self.check_step(out, lay, 1)
+            graph, logits = self.graphs[B]
+            graph.replay()
+            self.last_mode = f"graph {B}"
+            meta = self.last_meta_views(lay, 1, self.decode_splits(B))
+            return logits[:n], meta
+        lay, max_kv = self.prepare(out)
+        splits = self.decode_splits(B if B is not None else n) if decode else 1
+        max_q = max(n for _, n in out.scheduled)
+        if self.check:
+            self.check_step(out, lay, max_q)
+        logits, meta = self.forward(lay, max_q, max_kv, splits)
+        self.last_mode = "eager"
+        return logits, meta
+
+    def last_meta_views(self, lay, max_seqlen_q, splits):
+        """The step's metadata as device views (for --trace-meta and tests; no launch in graph mode)."""
+        f = self.buf.tensors(lay)
+        return FastMeta(positions=f["positions"], slot_mapping=f["slot_mapping"], cu_seqlens_q=f["cu_seqlens_q"],
+                        seq_lens_kv=f["seq_lens_kv"], block_table=None, block_size=self.block_size,
+                        max_seqlen_q=max_seqlen_q, logits_indices=f["logits_indices"], num_splits=splits)
+
+    def check_step(self, out, lay: Layout, max_q: int) -> None:
+        """--check (syncs): the layout once per step, and the incremental block table against the
+        block lists it stands for."""
+        f = self.buf.tensors(lay)
+        table = self.buf.table.index_select(0, f["rows"])
+        q = torch.empty(lay.T, self.cfg.num_heads, self.cfg.head_dim, device=self.device, dtype=self.cache.K[0].dtype)
+        check_paged_layout(q, self.cache.K[0], self.cache.V[0], f["cu_seqlens_q"], f["seq_lens_kv"], table)
+        rows = table.tolist()
+        for s, (req, n) in enumerate(out.scheduled):
+            need = -(-(req.kv.cur_len + n) // self.block_size)
+            if rows[s][:need] != req.kv.blocks[:need]:
+                raise RuntimeError(f"block table row of {req.request_id} is {rows[s][:need]}, its blocks are "
+                                   f"{req.kv.blocks[:need]}: the incremental update lost a change (a bug)")
+
+    def release(self, request_id: str) -> None:
+        self.buf.release(request_id)

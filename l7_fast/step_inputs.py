@@ -1,0 +1,124 @@
+"""Per-step inputs with one host-to-device copy, and a block table that only receives changes.
+
+Stage 5 builds each step's metadata with seven ``torch.tensor(list, device=...)`` calls: seven
+pageable copies, each a sync point, and the whole block table re-sent every step although a
+decode step adds at most one block per request. Here:
+
+    host   one pinned byte buffer, filled in place        (numpy views over pinned memory)
+    copy   ONE non_blocking copy of the bytes used        host -> device, in stream order
+    device views at fixed offsets: the layout depends only on (T, S, rows that sample), so a
+           CUDA graph captured for B decode rows reads the same addresses at every replay
+
+    bytes:  ids | positions | slots | logits_idx  (int64)   cu_seqlens | seq_lens | rows  (int32)
+            then the block-table changes: flat index (int64) | block id (int32)
+
+The block table lives on the device, one row per running request, ``[max_num_seqs + 1, W]`` int32
+with W = max_model_len / block_size; the last row is the padding row (all PAD). A request keeps
+its row while it runs; each step sends only the entries that are new since the last step
+(``(row * W + col, block)`` pairs, scattered with one ``index_put_``), and the step's table is
+``table.index_select(0, rows)``, which a graph can capture. Rows return to the pool when the
+request finishes or is preempted (a preempted request gets a new block list).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+I64, I32 = 8, 4
+
+
+class Layout:
+    """Byte offsets of each field for a step of T tokens, S sequences, L logits rows, U changes."""
+
+    def __init__(self, T: int, S: int, L: int, U: int):
+        self.T, self.S, self.L, self.U = T, S, L, U
+        o = 0
+        self.ids, o = o, o + T * I64
+        self.positions, o = o, o + T * I64
+        self.slots, o = o, o + T * I64
+        self.logits, o = o, o + L * I64
+        self.cu, o = o, o + (S + 1) * I32
+        self.seq_lens, o = o, o + S * I32
+        self.rows, o = o, o + S * I32
+        o = -(-o // I64) * I64                      # align the int64 changes
+        self.upd_index, o = o, o + U * I64
+        self.upd_block, o = o, o + U * I32
+        self.nbytes = o
+
+
+class StepInputs:
+    def __init__(self, max_tokens: int, max_seqs: int, table_rows: int, table_width: int, pad_block: int,
+                 device):
+        self.device, self.width, self.pad_block = torch.device(device), table_width, pad_block
+        n = Layout(max_tokens, max_seqs, max_seqs, max_seqs * table_width).nbytes
+        self.host = torch.empty(n, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        self.host_np = self.host.numpy()
+        self.dev = torch.empty(n, dtype=torch.uint8, device=self.device)
+        self.table = torch.full((table_rows, table_width), pad_block, dtype=torch.int32, device=self.device)
+        self.pad_row = table_rows - 1
+        self.free_rows = list(range(table_rows - 2, -1, -1))   # pop() hands out row 0 first
+        self.rows: dict[str, list] = {}              # request id -> [row, block handle, blocks sent]
+        self.copied = None                           # event: the last copy has left the host buffer
+
+    # ---- host side ----------------------------------------------------------------------------
+    def _put(self, offset: int, dtype, values) -> None:
+        if len(values):
+            self.host_np[offset:offset + len(values) * np.dtype(dtype).itemsize].view(dtype)[:] = values
+
+    def row_of(self, rid: str, kv, upd_index: list, upd_block: list) -> int:
+        """The request's table row; queues the blocks it gained since the last step."""
+        ent = self.rows.get(rid)
+        if ent is None or ent[1] is not kv:          # new, or a new block list after a preemption
+            if ent is not None:
+                self.free_rows.append(ent[0])
+            if not self.free_rows:
+                raise RuntimeError("no block-table row left: more running requests than max_num_seqs (a bug)")
+            ent = self.rows[rid] = [self.free_rows.pop(), kv, 0]
+        nb = len(kv.blocks)
+        if nb > ent[2]:
+            base = ent[0] * self.width
+            upd_index.extend(range(base + ent[2], base + nb))
+            upd_block.extend(kv.blocks[ent[2]:nb])
+            ent[2] = nb
+        return ent[0]
+
+    def release(self, rid: str) -> None:
+        ent = self.rows.pop(rid, None)
+        if ent is not None:
+            self.free_rows.append(ent[0])
+
+    def write(self, lay: Layout, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block):
+        if self.copied is not None:   # a step that sampled nothing did not sync: the last copy may be queued
+            self.copied.synchronize()
+        put = self._put
+        put(lay.ids, np.int64, ids)
+        put(lay.positions, np.int64, positions)
+        put(lay.slots, np.int64, slots)
+        put(lay.logits, np.int64, logits)
+        put(lay.cu, np.int32, cu)
+        put(lay.seq_lens, np.int32, seq_lens)
+        put(lay.rows, np.int32, rows)
+        put(lay.upd_index, np.int64, upd_index)
+        put(lay.upd_block, np.int32, upd_block)
+
+    # ---- device side --------------------------------------------------------------------------
+    def upload(self, lay: Layout) -> None:
+        """The step's one host-to-device copy, then the block-table changes (if any) scattered."""
+        self.dev[:lay.nbytes].copy_(self.host[:lay.nbytes], non_blocking=True)
+        if self.device.type == "cuda":
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+        if lay.U:
+            idx = self.view(lay.upd_index, torch.int64, lay.U)
+            self.table.view(-1).index_put_((idx,), self.view(lay.upd_block, torch.int32, lay.U))
+
+    def view(self, offset: int, dtype, n: int) -> torch.Tensor:
+        return self.dev[offset:offset + n * dtype.itemsize].view(dtype)
+
+    def tensors(self, lay: Layout) -> dict:
+        """Device views of the step's fields (no copy, no launch)."""
+        v = self.view
+        return dict(input_ids=v(lay.ids, torch.int64, lay.T), positions=v(lay.positions, torch.int64, lay.T),
+                    slot_mapping=v(lay.slots, torch.int64, lay.T), logits_indices=v(lay.logits, torch.int64, lay.L),
+                    cu_seqlens_q=v(lay.cu, torch.int32, lay.S + 1), seq_lens_kv=v(lay.seq_lens, torch.int32, lay.S),
+                    rows=v(lay.rows, torch.int32, lay.S))
