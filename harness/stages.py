@@ -126,6 +126,27 @@ def _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> 
 register("l6_prefix_cache", _l6_engine, _l6_generate, layerwise=False)
 
 
+def _l7_engine(model, n_tokens):
+    """Stage 7 with every fast path on: fused kernels, split-KV, and CUDA graphs on a GPU."""
+    from l6_prefix_cache import demo
+    from l7_fast.engine import LLMEngine
+    return _demo_engine(model, n_tokens, LLMEngine, demo.NUM_BLOCKS, enable_prefix_caching=True)
+
+
+def _l7_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    """Stage 6's workload; on a GPU, decode steps must really have replayed CUDA graphs."""
+    gen = _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len)
+    r = engine.runner
+    if r.use_graphs and not any(m.startswith("graph") for m in r.mode_log):
+        raise AssertionError("the l7 row replayed no CUDA graph: it would not test graph replay")
+    if not isinstance(r.ops, __import__("l7_fast.ops", fromlist=["FusedOps"]).FusedOps):
+        raise AssertionError("the l7 row runs without the fused ops")
+    return gen
+
+
+register("l7_fast", _l7_engine, _l7_generate, layerwise=False)
+
+
 def select(names: str | None) -> list[Stage]:
     """``"a,b"`` -> those stages in registry order; None -> all. Unknown or no names: UserError."""
     if names is None:

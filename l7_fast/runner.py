@@ -53,6 +53,7 @@ class FastRunner:
         self.graphs: dict[int, tuple] = {}
         self.graph_bytes, self.capture_s = 0, 0.0
         self.last_mode = None                        # "graph B" or "eager" (tests, --profile)
+        self.mode_log: list[str] = []                # every step's mode
         self.profile, self.last_wait = False, 0.0    # profile: sync after the forward, time the wait
         if self.use_graphs:
             self.capture()
@@ -142,9 +143,9 @@ class FastRunner:
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                logits, _ = self.forward(lay, 1, L, splits)
+                logits, meta = self.forward(lay, 1, L, splits)
             pool = graph.pool()
-            self.graphs[B] = (graph, logits)
+            self.graphs[B] = (graph, logits, meta)   # static outputs: overwritten by every replay
         torch.cuda.synchronize()
         self.graph_bytes = torch.cuda.memory_reserved() - before
         self.capture_s = time.perf_counter() - t0
@@ -162,6 +163,7 @@ class FastRunner:
     def execute(self, out):
         """Returns logits [S', V] float32 for the rows that sample, and the step's metadata."""
         logits, meta = self._execute(out)
+        self.mode_log.append(self.last_mode)
         if self.profile and self.device.type == "cuda":   # the sampler syncs next anyway: wait here, timed
             t0 = time.perf_counter()
             torch.cuda.synchronize()
@@ -176,11 +178,10 @@ class FastRunner:
             lay, _ = self.prepare(out, pad_to=B)
             if self.check:
                 self.check_step(out, lay, 1)
-            graph, logits = self.graphs[B]
+            graph, logits, meta = self.graphs[B]
             graph.replay()
             self.last_mode = f"graph {B}"
-            meta = self.last_meta_views(lay, 1, self.decode_splits(B))
-            return logits[:n], meta
+            return logits[:n], meta                  # meta: the captured views, this step's values
         lay, max_kv = self.prepare(out)
         splits = self.decode_splits(B if B is not None else n) if decode else 1
         max_q = max(n for _, n in out.scheduled)
@@ -189,13 +190,6 @@ class FastRunner:
         logits, meta = self.forward(lay, max_q, max_kv, splits)
         self.last_mode = "eager"
         return logits, meta
-
-    def last_meta_views(self, lay, max_seqlen_q, splits):
-        """The step's metadata as device views (for --trace-meta and tests; no launch in graph mode)."""
-        f = self.buf.tensors(lay)
-        return FastMeta(positions=f["positions"], slot_mapping=f["slot_mapping"], cu_seqlens_q=f["cu_seqlens_q"],
-                        seq_lens_kv=f["seq_lens_kv"], block_table=None, block_size=self.block_size,
-                        max_seqlen_q=max_seqlen_q, logits_indices=f["logits_indices"], num_splits=splits)
 
     def check_step(self, out, lay: Layout, max_q: int) -> None:
         """--check (syncs): the layout once per step, and the incremental block table against the

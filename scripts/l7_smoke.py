@@ -1,0 +1,99 @@
+"""Stage 7 smoke test: stage 6's run with the fast runner (CUDA graphs, fused kernels, split-KV).
+
+    python scripts/l7_smoke.py                       # the usual prompt + stage 6's sharing requests
+    python scripts/l7_smoke.py --profile             # per-step breakdown: host, GPU wait, launches
+    python scripts/l7_smoke.py --enforce-eager       # no CUDA graphs (vLLM's flag)
+    python scripts/l7_smoke.py --no-fused-ops --no-split-kv   # stage 3's kernel and the torch ops
+
+The usual prompt's tokens must equal stage 6's (and so lesson 1's). On a CPU there is no CUDA
+graph (every step runs eagerly, through the Triton interpreter, and says so), and --profile
+reports host time only: kernel counts need the CUDA profiler. Every l6_smoke flag works here.
+"""
+import argparse
+import sys
+
+import _path  # noqa: F401
+from l1_dense.cli import base_parser, load, report, run_main
+from l4_smoke import add_sampling_args, note_ignored, sampling_params
+from l5_smoke import add_engine_args, check_engine_args, drive, make_engine, summarize
+from l6_prefix_cache import demo
+from l7_fast.engine import LLMEngine
+from l7_fast.profile import kernel_profile, summarize_timings
+
+
+def build(args, ld):
+    kw = dict(enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
+              fused_ops=args.fused_ops, split_kv=args.split_kv)
+    return make_engine(args, ld, LLMEngine, **kw)
+
+
+def profile_lines(args, ld, params, engine) -> tuple[list[str], dict]:
+    """Timing table from the run itself; on CUDA, kernels and launches from a second, profiled run."""
+    modes = summarize_timings(engine.timings)
+    kernels = {}
+    if ld.device.startswith("cuda"):
+        again, _ = build(args, ld)
+        demo.add_demo_requests(again, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
+        while again.has_unfinished_requests():
+            k = kernel_profile(again.step)
+            m = kernels.setdefault(again.runner.last_mode, dict(steps=0, kernels=0, launch_calls=0, gpu_busy_ms=0.0))
+            m["steps"] += 1
+            for key in ("kernels", "launch_calls", "gpu_busy_ms"):
+                m[key] += k[key]
+    lines = ["profile    : mode      steps  tokens/step  wall ms  host ms  GPU-wait ms  kernels/step  "
+             "launch calls/step  GPU busy ms  busy %"]
+    for mode, m in sorted(modes.items()):
+        k = kernels.get(mode)
+        per = (lambda key: k[key] / k["steps"]) if k else None
+        tail = (f"{per('kernels'):>12.0f}  {per('launch_calls'):>17.0f}  {per('gpu_busy_ms'):>11.3f}  "
+                f"{100 * per('gpu_busy_ms') / m['wall_ms']:>5.0f}%") if k else "  (kernel counts need CUDA)"
+        lines.append(f"             {mode:<9} {m['steps']:>5}  {m['tokens'] / m['steps']:>11.1f}  {m['wall_ms']:>7.2f}  "
+                     f"{m['host_ms']:>7.2f}  {m['wait_ms']:>11.2f}  {tail}")
+    return lines, dict(modes=modes, kernels=kernels)
+
+
+def main(argv=None):
+    p = base_parser("l7_fast", __doc__)
+    add_sampling_args(p)
+    add_engine_args(p, num_blocks=demo.NUM_BLOCKS, extras=len(demo.MAX_TOKENS))
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="share cached KV blocks between requests (default on, as in vLLM v1)")
+    g = p.add_argument_group("stage 7")
+    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (vLLM's name)")
+    g.add_argument("--fused-ops", action=argparse.BooleanOptionalAction, default=True,
+                   help="fused Triton norm / RoPE+KV-write / SiLU kernels (default on; off: the torch ops)")
+    g.add_argument("--split-kv", action=argparse.BooleanOptionalAction, default=True,
+                   help="split the keys of decode steps over more programs (default on)")
+    g.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
+    args = p.parse_args(argv)
+    params = sampling_params(args)
+    note_ignored(args)
+    check_engine_args(args)
+    ld = load(args)
+    if args.enforce_eager and not ld.device.startswith("cuda"):
+        print("note       : --enforce-eager changes nothing on a CPU: there are no CUDA graphs, every step is eager",
+              file=sys.stderr)
+    engine, config = build(args, ld)
+    engine.profile = engine.runner.profile = args.profile
+    rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
+    seconds = drive(engine, args)
+    comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)
+    r = engine.runner
+    n_graph = sum(1 for m in r.mode_log if m.startswith("graph"))
+    extra.update(enforce_eager=args.enforce_eager, fused_ops=args.fused_ops, split_kv=args.split_kv,
+                 graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(r.graphs),
+                 graph_bytes=r.graph_bytes, capture_s=round(r.capture_s, 3))
+    lines.append(f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
+                 + (f"({len(r.graphs)} buckets {sorted(r.graphs)}, captured in {r.capture_s:.1f} s, "
+                    f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if r.graphs else
+                    "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)")
+                 + f"; fused ops {'on' if args.fused_ops else 'off'}, split-KV {'on' if r.split_kv else 'off'}")
+    if args.profile:
+        more, prof = profile_lines(args, ld, params, engine)
+        lines += more
+        extra["profile"] = prof
+    report("l7_fast", ld, comp.token_ids, args.json, extra=extra, lines=lines)
+
+
+if __name__ == "__main__":
+    run_main(main)
