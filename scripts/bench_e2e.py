@@ -36,6 +36,13 @@ from l1_dense.config import PRESETS  # noqa: E402
 from l1_dense.tiny import tiny_checkpoint  # noqa: E402
 from l5_scheduler import LLM, SamplingParams  # noqa: E402
 
+ENGINES = ("l5_scheduler", "l6_prefix_cache", "l7_fast")
+
+
+def llm_class(engine: str):
+    """The stage's ``LLM`` (stage 6 and 7 add prefix caching; stage 7 the fast runner)."""
+    return __import__(engine, fromlist=["LLM"]).LLM
+
 
 def build_checkpoint(path: str, preset: str = "Qwen/Qwen3-0.6B") -> str:
     """A random-weight HF checkpoint of the preset's shape (bf16 safetensors), built once."""
@@ -242,7 +249,7 @@ def plot(path, meta, rows, stats):
     a.legend()
     short = {"ours": "ours", "HF continuous batching": "HF CB", "HF generate_batch": "HF\ngenerate_batch"}
     labels = [f"{short.get(r['engine'], r['engine'])}\n{r['variant']}" for r in rows]
-    b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["engine"] == "ours" else "C1" for r in rows])
+    b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["engine"].startswith("ours") else "C1" for r in rows])
     b.set_xticks(range(len(rows)), labels, fontsize=8)
     b.set_ylabel("output tokens / s")
     b.set_title("throughput")
@@ -265,7 +272,11 @@ def main(argv=None):
     ap.add_argument("--wall", action="store_true", help="also measure stage 4's one-request loop against stage 5 at batch 64")
     ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw the .md and .png from a saved JSON")
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
+    ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
+    ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
     a = ap.parse_args(argv)
+    if a.enforce_eager and a.engine != "l7_fast":
+        print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
     t_start = time.perf_counter()
     if a.replot:
         from types import SimpleNamespace
@@ -285,7 +296,8 @@ def main(argv=None):
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
     else:
         path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), "Qwen3-0.6B shape, random weights", torch.bfloat16
-    llm = LLM(path, device=device, dtype=dtype, seed=a.seed)
+    kw = dict(enforce_eager=a.enforce_eager) if a.engine == "l7_fast" else {}
+    llm = llm_class(a.engine)(path, device=device, dtype=dtype, seed=a.seed, **kw)
     cfg = llm.model.cfg
     work = workload(a.num_requests, a.min_len, a.max_len, cfg.vocab_size, a.seed)
     ec = llm.llm_engine.config
@@ -302,6 +314,7 @@ def main(argv=None):
     import triton
     meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, transformers=transformers.__version__,
                 model=model_name, dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
+                stage=a.engine + (" (enforce_eager)" if a.enforce_eager and a.engine == "l7_fast" else ""),
                 workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.min_len}, {a.max_len}], "
                          "random ids, ignore_eos, greedy",
                 engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,
@@ -309,7 +322,7 @@ def main(argv=None):
     rows, schedule = [], None
     for variant, fixed in [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else []):
         r, stats = run_ours(llm, work, fixed)
-        r.update(engine="ours", variant=variant, roofline=roofline(stats, cfg, bw, tf) if device == "cuda" else None)
+        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf) if device == "cuda" else None)
         schedule = schedule or stats
         rows.append(r)
         print(f"ours  {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s, {r['steps']} steps")
