@@ -132,10 +132,10 @@ class FastRunner:
         torch.cuda.synchronize()
         before = torch.cuda.memory_reserved()
         pool, L = None, self.config.max_model_len
+        stream = torch.cuda.Stream()                 # one warm-up stream (cuBLAS keeps a workspace per stream)
         for B in sorted(self.buckets, reverse=True):
             lay = self._pad_only(B)
             splits = self.decode_splits(B)
-            stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):          # warm up: compile kernels, settle allocations
                 for _ in range(2):

@@ -85,7 +85,7 @@ def per_decode_step(model, config, fast, prompts, new) -> tuple[float, list[int]
 def steady_profile(model, config, fast, prompts, steps=8) -> dict:
     """Profile `steps` decode steps once every request is decoding; also their unprofiled ms/step."""
     e = make(model, config, fast)
-    add(e, prompts, 10_000)
+    add(e, prompts, 2 * steps + 8)                             # still decoding when the profile ends
     e.step()
     while e.stats[-1].prefill_tokens:                          # until every request is decoding
         e.step()
