@@ -35,27 +35,33 @@ def kernel_profile(fn) -> dict:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    kernels, launches, graph_launches, intervals = 0, 0, 0, []
+    kernels, launches, graph_launches, intervals, by_name = 0, 0, 0, [], {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
             kernels += 1
             intervals.append((e.time_range.start, e.time_range.end))
+            n = by_name.setdefault(e.name[:60], [0, 0.0])
+            n[0] += 1
+            n[1] += e.time_range.end - e.time_range.start
         elif e.name in LAUNCH_CALLS:
             launches += 1
             graph_launches += e.name == "cudaGraphLaunch"
     return dict(kernels=kernels, launch_calls=launches, graph_launches=graph_launches,
-                gpu_busy_ms=_busy_us(intervals) / 1e3)
+                gpu_busy_ms=_busy_us(intervals) / 1e3,
+                top=sorted(([k, c, us / 1e3] for k, (c, us) in by_name.items()), key=lambda x: -x[2])[:12])
 
 
 def summarize_timings(timings: list[dict]) -> dict:
     """Per mode (graph B / eager): steps, mean wall / host / wait ms."""
     out = {}
     for t in timings:
-        m = out.setdefault(t["mode"], dict(steps=0, wall_ms=0.0, host_ms=0.0, wait_ms=0.0, tokens=0))
+        m = out.setdefault(t["mode"], dict(steps=0))
         m["steps"] += 1
-        for k in ("wall_ms", "host_ms", "wait_ms", "tokens"):
-            m[k] += t[k]
+        for k, v in t.items():
+            if k != "mode":
+                m[k] = m.get(k, 0) + v
     for m in out.values():
-        for k in ("wall_ms", "host_ms", "wait_ms"):
-            m[k] /= m["steps"]
+        for k in m:
+            if k.endswith("_ms"):
+                m[k] /= m["steps"]
     return out

@@ -44,7 +44,7 @@ from l4_sampler.params import SamplingParams  # noqa: E402
 from l5_scheduler.config import make_config  # noqa: E402
 from l6_prefix_cache.engine import LLMEngine as Stage6Engine  # noqa: E402
 from l7_fast.engine import LLMEngine as Stage7Engine  # noqa: E402
-from l7_fast.profile import kernel_profile  # noqa: E402
+from l7_fast.profile import kernel_profile, summarize_timings  # noqa: E402
 
 ROWS = [("stage 6", None),
         ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False)),
@@ -97,9 +97,20 @@ def steady_profile(model, config, fast, prompts, steps=8) -> dict:
         e.step()
     sync()
     ms = (time.perf_counter() - t) / steps * 1e3
+    host = {}
+    if isinstance(e, Stage7Engine):                            # host parts, timed on more steps
+        e2 = make(model, config, dict(fast, profile=True))
+        add(e2, prompts, 2 * steps + 8)
+        e2.step()
+        while e2.stats[-1].prefill_tokens:
+            e2.step()
+        for _ in range(steps):
+            e2.step()
+        host = {k: round(v, 4) for k, v in summarize_timings(e2.timings[-steps:]).popitem()[1].items()}
     k = kernel_profile(lambda: [e.step() for _ in range(steps)])
     return dict(ms_per_step=ms, kernels=k["kernels"] / steps, launch_calls=k["launch_calls"] / steps,
-                gpu_busy_ms=k["gpu_busy_ms"] / steps, busy_pct=100 * k["gpu_busy_ms"] / steps / ms)
+                gpu_busy_ms=k["gpu_busy_ms"] / steps, busy_pct=100 * k["gpu_busy_ms"] / steps / ms,
+                host=host, top=[[n, c / steps, t / steps] for n, c, t in k["top"]])
 
 
 def hf_ms_per_token(path, prompt, new, device) -> float:
@@ -139,6 +150,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--batch-new", type=int, default=64, help="decoded tokens per request at --batch")
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--host-batch", type=int, default=256, help="also profile the full stage 7 at this many running "
+                    "requests (0: skip)")
     ap.add_argument("--rows", default=None, help="comma-separated row indices to run (default all)")
     ap.add_argument("--quick", action="store_true", help="tiny model, short runs: smoke-test the script (CPU ok)")
     a = ap.parse_args(argv)
@@ -184,6 +197,10 @@ def main(argv=None):
         r["same_tokens_as_row0"] = tokens[label] == next(iter(tokens.values()))
         rows.append(r)
         p1, pb = r.get("profile_1", {}), r.get("profile_b", {})
+        if pb.get("host"):
+            print(f"{'':14s} host ms/step b1 {p1['host']['host_ms']:.3f}, b{a.batch} {pb['host']['host_ms']:.3f} "
+                  f"(schedule {pb['host'].get('schedule_ms', 0):.3f}, inputs {pb['host'].get('inputs_ms', 0):.3f}, "
+                  f"sample {pb['host'].get('sample_ms', 0):.3f})")
         print(f"{label:14s} single {r['single_ms']:7.2f} ms/token  batch {a.batch}: {r['batch_ms']:7.2f} ms/step "
               f"({r['batch_tok_s']:.0f} tok/s)"
               + (f"  | b1: {p1['kernels']:.0f} kernels, {p1['launch_calls']:.0f} launch calls, busy {p1['busy_pct']:.0f}%"
@@ -191,6 +208,21 @@ def main(argv=None):
                  if p1 else "") + f"  tokens = first row's: {r['same_tokens_as_row0']}  ({time.perf_counter() - t:.0f} s)",
               flush=True)
         free()
+    host256 = None
+    if device == "cuda" and a.host_batch:                      # the full stage 7 at 256 running requests
+        big = [[rng.randrange(cfg.vocab_size) for _ in range(a.prompt_len)] for _ in range(a.host_batch)]
+        c256 = make_config(cfg, device, dtype, num_gpu_blocks_override=a.host_batch * (-(-ctx // 16)) + 64,
+                           max_num_seqs=a.host_batch, max_model_len=min(cfg.max_position_embeddings, 4096))
+        host256 = steady_profile(model, c256, ROWS[-1][1], big)
+        h = host256["host"]
+        print(f"batch {a.host_batch}, full stage 7: {host256['ms_per_step']:.2f} ms/step, GPU busy "
+              f"{host256['busy_pct']:.0f}%, host {h['host_ms']:.3f} ms/step (schedule {h.get('schedule_ms', 0):.3f}, "
+              f"inputs {h.get('inputs_ms', 0):.3f}, sample {h.get('sample_ms', 0):.3f})")
+        free()
+    for r in rows:
+        for key in ("profile_1", "profile_b"):
+            if r.get(key, {}).get("top"):
+                print(f"top kernels, {r['row']}, {key}: " + "; ".join(f"{n} x{c:.0f} {t:.3f} ms" for n, c, t in r[key]["top"][:8]))
     hf = None
     if not a.skip_hf:
         hf = hf_ms_per_token(path, prompts[0], a.new, device)
@@ -198,7 +230,7 @@ def main(argv=None):
     meta = dict(device=name, torch=torch.__version__, triton=__import__("triton").__version__,
                 transformers=__import__("transformers").__version__, model=model_name, dtype=str(dtype)[6:],
                 copy_GBps=bw, matmul_TFLOPs=tf, prompt_len=a.prompt_len, new=a.new, batch=a.batch,
-                batch_new=a.batch_new, hf_single_ms=hf,
+                batch_new=a.batch_new, hf_single_ms=hf, host_batch=a.host_batch, host256=host256,
                 floor_single_ms=floor_ms(cfg, 1, a.prompt_len + a.new // 2, bw) if bw else None,
                 floor_batch_ms=floor_ms(cfg, a.batch, a.prompt_len + a.batch_new // 2, bw) if bw else None)
     md = markdown(meta, rows)
