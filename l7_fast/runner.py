@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from l1_dense.exercise import learner_can_replace
 from l1_dense.model import TorchOps
 from l3_paged.validate import check_paged_layout
 
@@ -30,6 +31,7 @@ from .ops import FusedOps
 from .step_inputs import Layout, StepInputs
 
 
+@learner_can_replace  # lesson 7's build-it exercise: exercises/l7_fast.py
 def graph_buckets(max_num_seqs: int) -> list[int]:
     """1, 2, 4, 8, then every 16, up to and including max_num_seqs (vLLM uses 1, 2, 4, then 8s)."""
     b = [x for x in (1, 2, 4, 8) if x < max_num_seqs] + list(range(16, max_num_seqs, 16))
