@@ -15,7 +15,10 @@ Per row:
     single stream    one request, 512-token prompt, 256 new tokens (greedy, ignore_eos):
                      ms per decoded token = (t(257 new) - t(1 new)) / 256
     batch 64         64 such requests decoding together: ms per step, from the same difference
-    profile          torch.profiler over 8 steady decode steps at batch 1 and at batch 64:
+    steady           8 steady decode steps at batch 1 and at batch 64: ms per step, and the host
+                     parts of a step (schedule, inputs, sample; l7_fast.profile); graph memory
+    profile          torch.profiler over 8 such steps, LAST (once the profiler has run, every later
+                     launch in the process is slower; HF is timed before it):
                      GPU kernels per step, host launch calls per step, GPU busy ms per step;
                      busy % = busy ms / unprofiled ms per step
 Roofline: a decode step must read every weight once and the K/V in use; floor = bytes / copy
@@ -82,35 +85,44 @@ def per_decode_step(model, config, fast, prompts, new) -> tuple[float, list[int]
     return (tn - t1) / new * 1e3, [list(r.output_ids) for r in e.requests.values()]
 
 
-def steady_profile(model, config, fast, prompts, steps=8) -> dict:
-    """Profile `steps` decode steps once every request is decoding; also their unprofiled ms/step."""
+def _decoding(model, config, fast, prompts, steps):
     e = make(model, config, fast)
-    add(e, prompts, 2 * steps + 8)                             # still decoding when the profile ends
+    add(e, prompts, 2 * steps + 8)                             # still decoding when the measurement ends
     e.step()
     while e.stats[-1].prefill_tokens:                          # until every request is decoding
         e.step()
     for _ in range(3):
         e.step()
+    return e
+
+
+def steady_time(model, config, fast, prompts, steps=8) -> dict:
+    """ms per step of `steps` steady decode steps, and (stage 7) the host parts of a step."""
+    e = _decoding(model, config, fast, prompts, steps)
     sync()
     t = time.perf_counter()
     for _ in range(steps):
         e.step()
     sync()
-    ms = (time.perf_counter() - t) / steps * 1e3
-    host = {}
-    if isinstance(e, Stage7Engine):                            # host parts, timed on more steps
-        e2 = make(model, config, dict(fast, profile=True))
-        add(e2, prompts, 2 * steps + 8)
-        e2.step()
-        while e2.stats[-1].prefill_tokens:
-            e2.step()
+    out = dict(ms_per_step=(time.perf_counter() - t) / steps * 1e3)
+    if isinstance(e, Stage7Engine):                            # host parts, on a second engine
+        e2 = _decoding(model, config, dict(fast, profile=True), prompts, steps)
         for _ in range(steps):
             e2.step()
-        host = {k: round(v, 4) for k, v in summarize_timings(e2.timings[-steps:]).popitem()[1].items()}
+        modes = summarize_timings(e2.timings[-steps:])
+        mode = max(modes, key=lambda m: modes[m]["steps"])
+        out["host"] = dict(mode=mode, **{k: round(v, 4) for k, v in modes[mode].items()})
+        out["graph_bytes"], out["capture_s"] = e2.runner.graph_bytes, e2.runner.capture_s
+    return out
+
+
+def steady_kernels(model, config, fast, prompts, steps=8) -> dict:
+    """torch.profiler over `steps` steady decode steps. Run after every timing: once the profiler
+    has run, every later kernel launch in the process is slower (CUPTI stays attached)."""
+    e = _decoding(model, config, fast, prompts, steps)
     k = kernel_profile(lambda: [e.step() for _ in range(steps)])
-    return dict(ms_per_step=ms, kernels=k["kernels"] / steps, launch_calls=k["launch_calls"] / steps,
-                gpu_busy_ms=k["gpu_busy_ms"] / steps, busy_pct=100 * k["gpu_busy_ms"] / steps / ms,
-                host=host, top=[[n, c / steps, t / steps] for n, c, t in k["top"]])
+    return dict(kernels=k["kernels"] / steps, launch_calls=k["launch_calls"] / steps,
+                gpu_busy_ms=k["gpu_busy_ms"] / steps, top=[[n, c / steps, t / steps] for n, c, t in k["top"]])
 
 
 def hf_ms_per_token(path, prompt, new, device) -> float:
@@ -190,43 +202,57 @@ def main(argv=None):
         r["batch_tok_s"] = a.batch / r["batch_ms"] * 1e3
         tokens[label] = (tok1, tokb)
         if device == "cuda":
-            r["profile_1"] = steady_profile(model, config, fast, prompts[:1])
-            r["profile_b"] = steady_profile(model, config, fast, prompts)
+            r["profile_1"] = steady_time(model, config, fast, prompts[:1])
+            r["profile_b"] = steady_time(model, config, fast, prompts)
             r["single_roofline_pct"] = 100 * floor_ms(cfg, 1, a.prompt_len + a.new // 2, bw) / r["single_ms"]
             r["batch_roofline_pct"] = 100 * floor_ms(cfg, a.batch, a.prompt_len + a.batch_new // 2, bw) / r["batch_ms"]
         r["same_tokens_as_row0"] = tokens[label] == next(iter(tokens.values()))
         rows.append(r)
         p1, pb = r.get("profile_1", {}), r.get("profile_b", {})
+        print(f"{label:14s} single {r['single_ms']:7.2f} ms/token  batch {a.batch}: {r['batch_ms']:7.2f} ms/step "
+              f"({r['batch_tok_s']:.0f} tok/s)" + (f"  steady ms/step b1 {p1['ms_per_step']:.2f}, b{a.batch} "
+                                                  f"{pb['ms_per_step']:.2f}" if p1 else "")
+              + f"  tokens = first row's: {r['same_tokens_as_row0']}  ({time.perf_counter() - t:.0f} s)", flush=True)
         if pb.get("host"):
             print(f"{'':14s} host ms/step b1 {p1['host']['host_ms']:.3f}, b{a.batch} {pb['host']['host_ms']:.3f} "
                   f"(schedule {pb['host'].get('schedule_ms', 0):.3f}, inputs {pb['host'].get('inputs_ms', 0):.3f}, "
-                  f"sample {pb['host'].get('sample_ms', 0):.3f})")
-        print(f"{label:14s} single {r['single_ms']:7.2f} ms/token  batch {a.batch}: {r['batch_ms']:7.2f} ms/step "
-              f"({r['batch_tok_s']:.0f} tok/s)"
-              + (f"  | b1: {p1['kernels']:.0f} kernels, {p1['launch_calls']:.0f} launch calls, busy {p1['busy_pct']:.0f}%"
-                 f"  | b{a.batch}: {pb['kernels']:.0f} kernels, {pb['launch_calls']:.0f} calls, busy {pb['busy_pct']:.0f}%"
-                 if p1 else "") + f"  tokens = first row's: {r['same_tokens_as_row0']}  ({time.perf_counter() - t:.0f} s)",
-              flush=True)
+                  f"sample {pb['host'].get('sample_ms', 0):.3f}); graphs {pb['graph_bytes'] / 2**20:.0f} MiB, "
+                  f"captured in {pb['capture_s']:.1f} s")
         free()
     host256 = None
     if device == "cuda" and a.host_batch:                      # the full stage 7 at 256 running requests
         big = [[rng.randrange(cfg.vocab_size) for _ in range(a.prompt_len)] for _ in range(a.host_batch)]
         c256 = make_config(cfg, device, dtype, num_gpu_blocks_override=a.host_batch * (-(-ctx // 16)) + 64,
                            max_num_seqs=a.host_batch, max_model_len=min(cfg.max_position_embeddings, 4096))
-        host256 = steady_profile(model, c256, ROWS[-1][1], big)
+        host256 = steady_time(model, c256, ROWS[-1][1], big)
         h = host256["host"]
-        print(f"batch {a.host_batch}, full stage 7: {host256['ms_per_step']:.2f} ms/step, GPU busy "
-              f"{host256['busy_pct']:.0f}%, host {h['host_ms']:.3f} ms/step (schedule {h.get('schedule_ms', 0):.3f}, "
-              f"inputs {h.get('inputs_ms', 0):.3f}, sample {h.get('sample_ms', 0):.3f})")
+        print(f"batch {a.host_batch}, full stage 7: {host256['ms_per_step']:.2f} ms/step ({h['mode']}), host "
+              f"{h['host_ms']:.3f} ms/step (schedule {h.get('schedule_ms', 0):.3f}, inputs {h.get('inputs_ms', 0):.3f}, "
+              f"sample {h.get('sample_ms', 0):.3f})")
         free()
-    for r in rows:
-        for key in ("profile_1", "profile_b"):
-            if r.get(key, {}).get("top"):
-                print(f"top kernels, {r['row']}, {key}: " + "; ".join(f"{n} x{c:.0f} {t:.3f} ms" for n, c, t in r[key]["top"][:8]))
     hf = None
     if not a.skip_hf:
         hf = hf_ms_per_token(path, prompts[0], a.new, device)
         print(f"HF generate    single {hf:7.2f} ms/token")
+    if device == "cuda":                                       # the profiler last (see steady_kernels)
+        for r in rows:
+            fast = dict(ROWS)[r["row"]]
+            for key, ps in (("profile_1", prompts[:1]), ("profile_b", prompts)):
+                k = steady_kernels(model, config, fast, ps)
+                k["busy_pct"] = 100 * k["gpu_busy_ms"] / r[key]["ms_per_step"]
+                r[key].update(k)
+            p1, pb = r["profile_1"], r["profile_b"]
+            print(f"{r['row']:14s} b1: {p1['kernels']:.0f} kernels, {p1['launch_calls']:.0f} launch calls, GPU busy "
+                  f"{p1['gpu_busy_ms']:.2f} ms = {p1['busy_pct']:.0f}%  | b{a.batch}: {pb['kernels']:.0f} kernels, "
+                  f"{pb['launch_calls']:.0f} calls, busy {pb['gpu_busy_ms']:.2f} ms = {pb['busy_pct']:.0f}%", flush=True)
+        if host256:
+            k = steady_kernels(model, c256, ROWS[-1][1], big)
+            host256.update(k, busy_pct=100 * k["gpu_busy_ms"] / host256["ms_per_step"])
+            print(f"batch {a.host_batch}, full stage 7: GPU busy {host256['busy_pct']:.0f}%")
+    for r in rows:
+        for key in ("profile_1", "profile_b"):
+            if r.get(key, {}).get("top"):
+                print(f"top kernels, {r['row']}, {key}: " + "; ".join(f"{n} x{c:.0f} {t:.3f} ms" for n, c, t in r[key]["top"][:8]))
     meta = dict(device=name, torch=torch.__version__, triton=__import__("triton").__version__,
                 transformers=__import__("transformers").__version__, model=model_name, dtype=str(dtype)[6:],
                 copy_GBps=bw, matmul_TFLOPs=tf, prompt_len=a.prompt_len, new=a.new, batch=a.batch,
@@ -253,15 +279,19 @@ def markdown(meta, rows) -> str:
             + (f" Peer: transformers `generate`, single stream, {meta['hf_single_ms']:.2f} ms/token." if meta["hf_single_ms"] else ""))
     lines = [head, "", f"| row | ms/token (1 stream) | % roofline | ms/step (batch {b}) | tok/s (batch {b}) | % roofline | "
              f"kernels/step b1 | launch calls b1 | GPU busy b1 | kernels/step b{b} | launch calls b{b} | GPU busy b{b} | "
-             "tokens = stage 6 |", "|---|" + "---:|" * 11 + "---|"]
+             f"steady ms/step b1 | steady ms/step b{b} | host ms/step b{b} | graph MiB | tokens = stage 6 |",
+             "|---|" + "---:|" * 15 + "---|"]
     for r in rows:
         p1, pb = r.get("profile_1"), r.get("profile_b")
         f = (lambda p, k, fmt: format(p[k], fmt) if p else "—")
         pct = (lambda k: f"{r[k]:.0f}%" if k in r else "—")
+        host = pb["host"]["host_ms"] if pb and pb.get("host") else "—"
+        graph = f"{pb['graph_bytes'] / 2**20:.0f}" if pb and pb.get("graph_bytes") else "—"
         lines.append(f"| {r['row']} | {r['single_ms']:.2f} | {pct('single_roofline_pct')} | {r['batch_ms']:.2f} | "
                      f"{r['batch_tok_s']:.0f} | {pct('batch_roofline_pct')} | {f(p1, 'kernels', '.0f')} | "
                      f"{f(p1, 'launch_calls', '.0f')} | {f(p1, 'busy_pct', '.0f')}% | {f(pb, 'kernels', '.0f')} | "
-                     f"{f(pb, 'launch_calls', '.0f')} | {f(pb, 'busy_pct', '.0f')}% | {r['same_tokens_as_row0']} |")
+                     f"{f(pb, 'launch_calls', '.0f')} | {f(pb, 'busy_pct', '.0f')}% | {f(p1, 'ms_per_step', '.2f')} | "
+                     f"{f(pb, 'ms_per_step', '.2f')} | {host} | {graph} | {r['same_tokens_as_row0']} |")
     return "\n".join(lines)
 
 
