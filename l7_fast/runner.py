@@ -50,7 +50,9 @@ class FastRunner:
         width = -(-config.max_model_len // config.block_size)
         self.buf = StepInputs(config.max_num_batched_tokens, config.max_num_seqs, config.max_num_seqs + 1,
                                  width, self.cache.pad_block, p.device)
-        self.use_graphs = not enforce_eager and p.device.type == "cuda"
+        # The torch reference attention (impl="torch") loops on the host and copies per sequence:
+        # it cannot be captured, so it always runs eagerly.
+        self.use_graphs = not enforce_eager and p.device.type == "cuda" and impl == "triton"
         self.buckets = graph_buckets(config.max_num_seqs)
         self.graphs: dict[int, tuple] = {}
         self.graph_bytes, self.capture_s = 0, 0.0

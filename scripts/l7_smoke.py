@@ -86,7 +86,8 @@ def main(argv=None):
     lines.append(f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
                  + (f"({len(r.graphs)} buckets {sorted(r.graphs)}, captured in {r.capture_s:.1f} s, "
                     f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if r.graphs else
-                    "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)")
+                    "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)"
+                    if not ld.device.startswith("cuda") or args.enforce_eager else "(--impl torch: not capturable)")
                  + f"; fused ops {'on' if args.fused_ops else 'off'}, split-KV {'on' if r.split_kv else 'off'}")
     if args.profile:
         more, prof = profile_lines(args, ld, params, engine)
