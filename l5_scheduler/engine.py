@@ -124,24 +124,28 @@ class LLMEngine:
         self.scheduler.advance(out)
         stats = self._stats(out)
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        results = []
-        if sampling:
-            so = self.sampler(logits, [req.row for req in sampling])
-            for i, req in enumerate(sampling):
-                tok = so.token_ids_list[i]
-                req.output_ids.append(tok)                   # the RowState sees it too (same list)
-                if so.logprobs:
-                    req.logprobs.append(so.logprobs[i])
-                if self.keep_logits:
-                    req.logits.append(logits[i].cpu())
-                fin = req.stops.update(req.output_ids)
-                if fin is not None:
-                    self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
-                    stats.finished.append(req.request_id)
-                results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
+        results = self._sample(logits, sampling, stats) if sampling else []
         stats.sampled = len(sampling)
         stats.blocks_used = self.scheduler.alloc.num_blocks - self.scheduler.alloc.num_free
         self.stats.append(stats)
+        return results
+
+    def _sample(self, logits, sampling: list[Request], stats: StepStats) -> list[StepOutput]:
+        """ONE sampler call for the rows that sample; then each request's new token and stop checks."""
+        so = self.sampler(logits, [req.row for req in sampling])
+        results = []
+        for i, req in enumerate(sampling):
+            tok = so.token_ids_list[i]
+            req.output_ids.append(tok)                       # the RowState sees it too (same list)
+            if so.logprobs:
+                req.logprobs.append(so.logprobs[i])
+            if self.keep_logits:
+                req.logits.append(logits[i].cpu())
+            fin = req.stops.update(req.output_ids)
+            if fin is not None:
+                self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
+                stats.finished.append(req.request_id)
+            results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
         return results
 
     def _stats(self, out) -> StepStats:
@@ -149,6 +153,11 @@ class LLMEngine:
                       preempted=[r.request_id for r in out.preempted], admitted=[r.request_id for r in out.admitted],
                       running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
                       blocks_total=self.scheduler.alloc.num_blocks)
+        self._count_tokens(s, out)
+        return s
+
+    def _count_tokens(self, s: StepStats, out) -> None:
+        """Prefill and decode tokens, the chunks, and the keys attention reads this step."""
         for (req, n), pre in zip(out.scheduled, out.prefill):
             s.kv_tokens += req.num_computed_tokens           # after advance: seq_lens_kv of this step
             if pre:
@@ -156,7 +165,6 @@ class LLMEngine:
                 s.chunks.append((req.request_id, req.num_computed_tokens - n, n, req.prefill_len))
             else:
                 s.decode_tokens += n
-        return s
 
     # ---- results out ------------------------------------------------------------------------
     def output(self, request_id: str) -> RequestOutput:

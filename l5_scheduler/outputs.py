@@ -24,7 +24,7 @@ class RequestOutput:
     num_preemptions: int = 0      # how often it was preempted and recomputed (not in vLLM's type)
 
 
-@dataclass
+@dataclass(slots=True)      # one per request per step: slots make it cheap to create
 class StepOutput:
     """One request's progress in one ``step()``: the tokens it gained (streaming reads these)."""
     request_id: str

@@ -65,6 +65,7 @@ class SchedulerOutput:
 
 class Scheduler:
     allocator_cls = BlockAllocator                  # stage 6 swaps in its prefix-caching KV cache manager
+    output_cls = SchedulerOutput                    # stage 7's carries the step's block-table changes
 
     def __init__(self, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int):
         self.alloc = self.allocator_cls(num_blocks, block_size)
@@ -89,10 +90,16 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
-        budget = self.max_num_batched_tokens
+        out = self.output_cls()
+        budget = self._schedule_running(out, self.max_num_batched_tokens)     # 1. running requests first
+        if not out.preempted:                                                  # 2. then admit
+            self._admit_waiting(out, budget)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """Step 1: the running requests, oldest admission first. Returns the budget left."""
         i = 0
-        while i < len(self.running) and budget > 0:          # 1. running requests first
+        while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if not self._reserve_or_preempt(req, n, out):
@@ -100,8 +107,11 @@ class Scheduler:
             self._take(req, n, out)
             budget -= n
             i += 1
-        while (not out.preempted and self.waiting and budget > 0    # 2. admit, first come first served
-               and len(self.running) < self.max_num_seqs):
+        return budget
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        """Step 2: admit waiting requests, first come first served, while budget, cap and blocks allow."""
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             n = self._admit_blocks(req, budget)               # the first chunk's blocks only
             if n is None:
@@ -112,7 +122,6 @@ class Scheduler:
             out.admitted.append(req)
             self._take(req, n, out)
             budget -= n
-        return out
 
     def _admit_blocks(self, req: Request, budget: int) -> int | None:
         """Reserve blocks for a waiting request's first chunk. Returns the chunk's length, or None

@@ -30,9 +30,12 @@ class StepStats(Stage5Stats):
 
 
 class LLMEngine(Stage5Engine):
+    prefix_scheduler_cls = PrefixCachingScheduler    # caching on; off: stage 5's (stage 7 swaps both)
+    plain_scheduler_cls = Scheduler
+
     def __init__(self, model, tokenizer, config, *, enable_prefix_caching: bool = True, **kw):
         self.enable_prefix_caching = enable_prefix_caching
-        self.scheduler_cls = PrefixCachingScheduler if enable_prefix_caching else Scheduler
+        self.scheduler_cls = self.prefix_scheduler_cls if enable_prefix_caching else self.plain_scheduler_cls
         super().__init__(model, tokenizer, config, **kw)
 
     def _stats(self, out):
