@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from l1_dense.exercise import learner_can_replace
@@ -40,13 +41,14 @@ def graph_buckets(max_num_seqs: int) -> list[int]:
 
 class FastRunner:
     def __init__(self, model, config, *, impl: str = "triton", check: bool = False, enforce_eager: bool = False,
-                 fused_ops: bool = True, split_kv: bool = True):
+                 fused_ops: bool = True, split_kv: bool = True, host_fast_path: bool = True):
         p = next(model.parameters())
         self.model, self.device, self.block_size = model, p.device, config.block_size
         self.cfg, self.config, self.check = model.cfg, config, check
         self.cache = FastKVCache(model.cfg, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
         self.ops = FusedOps(model) if fused_ops else TorchOps()
         self.split_kv = split_kv and impl == "triton"
+        self.host_fast_path = host_fast_path          # decode steps: _prepare_decodes (engine.py, host.py)
         width = -(-config.max_model_len // config.block_size)
         self.buf = StepInputs(config.max_num_batched_tokens, config.max_num_seqs, config.max_num_seqs + 1,
                                  width, self.cache.pad_block, p.device)
@@ -54,6 +56,7 @@ class FastRunner:
         # it cannot be captured, so it always runs eagerly.
         self.use_graphs = not enforce_eager and p.device.type == "cuda" and impl == "triton"
         self.buckets = graph_buckets(config.max_num_seqs)
+        self._arange = np.arange(config.max_num_seqs + 2)     # cu_seqlens and logits rows of a decode step
         self.graphs: dict[int, tuple] = {}
         self.graph_bytes, self.capture_s = 0, 0.0
         self.last_mode = None                        # "graph B" or "eager" (tests, --profile)
@@ -75,8 +78,13 @@ class FastRunner:
         return None
 
     # ---- host side: one pass over the scheduled requests ----------------------------------------
-    def prepare(self, out, pad_to: int | None = None):
-        """Fill the pinned buffer for this step and copy it. Returns (layout, meta fields)."""
+    def prepare(self, out, pad_to: int | None = None, decode: bool | None = None):
+        """Fill the pinned buffer for this step and copy it. Returns (layout, max K/V length).
+        ``decode``: every scheduled request computes one token (the caller may know already)."""
+        if decode is None:
+            decode = out.num_tokens == len(out.scheduled)
+        if decode and self.host_fast_path and all(out.sample):
+            return self._prepare_decodes(out, pad_to)
         ids, positions, slots, cu, seq_lens, rows, logits = [], [], [], [0], [], [], []
         upd_index, upd_block = [], []
         row_of = self.buf.row_of
@@ -115,6 +123,32 @@ class FastRunner:
         self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
         self.buf.upload(lay)
         return lay, max(seq_lens)
+
+    def _prepare_decodes(self, out, pad_to: int | None):
+        """``prepare`` for a step where every request computes its last token (the common decode
+        step): one comprehension per field instead of a loop, and block-table changes only for the
+        requests the scheduler says grew (``StepPlan.grown``)."""
+        reqs = [req for req, _ in out.scheduled]
+        kvs = [req.kv for req in reqs]
+        positions = [kv.cur_len for kv in kvs]
+        ids = [(req.output_ids or req.prompt_ids)[-1] for req in reqs]      # the last known token
+        slots = [kv.slot_indices[p] for kv, p in zip(kvs, positions)]
+        upd_index, upd_block = [], []
+        rows = self.buf.rows_of(reqs, kvs, upd_index, upd_block, getattr(out, "grown", None))
+        S = len(reqs)
+        max_kv = max(positions) + 1
+        if pad_to is not None and pad_to > S:        # padding rows: position 0, K/V length 1, PAD
+            k = pad_to - S
+            ids += [0] * k
+            positions += [0] * k
+            slots += [self.cache.pad_slot] * k
+            rows += [self.buf.pad_row] * k
+            S = pad_to
+        lay = Layout(S, S, S, len(upd_index))
+        self.buf.write(lay, ids, positions, slots, self._arange[:S], self._arange[:S + 1], None, rows,
+                       upd_index, upd_block)                  # seq_lens None: positions + 1
+        self.buf.upload(lay)
+        return lay, max_kv
 
     def meta(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
         f = self.buf.tensors(lay)
@@ -179,16 +213,16 @@ class FastRunner:
         decode = out.num_tokens == n                 # every scheduled request computes one token
         B = self.bucket(n) if decode else None
         if decode and B is not None and self.use_graphs:
-            lay, _ = self.prepare(out, pad_to=B)
+            lay, _ = self.prepare(out, pad_to=B, decode=True)
             if self.check:
                 self.check_step(out, lay, 1)
             graph, logits, meta = self.graphs[B]
             graph.replay()
             self.last_mode = f"graph {B}"
             return logits[:n], meta                  # meta: the captured views, this step's values
-        lay, max_kv = self.prepare(out)
+        lay, max_kv = self.prepare(out, decode=decode)
         splits = self.decode_splits(B if B is not None else n) if decode else 1
-        max_q = max(n for _, n in out.scheduled)
+        max_q = 1 if decode else max(n for _, n in out.scheduled)
         if self.check:
             self.check_step(out, lay, max_q)
         logits, meta = self.forward(lay, max_q, max_kv, splits)

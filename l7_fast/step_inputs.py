@@ -21,6 +21,8 @@ request finishes or is preempted (a preempted request gets a new block list).
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import torch
 
@@ -62,8 +64,13 @@ class StepInputs:
 
     # ---- host side ----------------------------------------------------------------------------
     def _put(self, offset: int, dtype, values) -> None:
-        if len(values):
-            self.host_np[offset:offset + len(values) * np.dtype(dtype).itemsize].view(dtype)[:] = values
+        n = len(values)
+        if not n:
+            return
+        if isinstance(values, list):                 # struct packs Python ints ~2x faster than numpy converts
+            struct.pack_into(f"<{n}{'q' if dtype is np.int64 else 'i'}", self.host_np, offset, *values)
+        else:
+            self.host_np[offset:offset + n * np.dtype(dtype).itemsize].view(dtype)[:] = values
 
     def row_of(self, rid: str, kv, upd_index: list, upd_block: list) -> int:
         """The request's table row; queues the blocks it gained since the last step."""
@@ -82,6 +89,26 @@ class StepInputs:
             ent[2] = nb
         return ent[0]
 
+    def rows_of(self, reqs: list, kvs: list, upd_index: list, upd_block: list, grown: list | None = None) -> list[int]:
+        """``row_of`` for a whole batch. With ``grown`` (the block handles whose block list grew this
+        step, from the scheduler), only those are sent; without it, every request is checked. Either
+        way the same rows and the same changes (in another order, which a scatter does not see)."""
+        rows, get = self.rows, self.rows.get
+        if grown is not None:
+            for kv in grown:
+                if not kv.freed:                     # (a handle freed since it grew has no row to update)
+                    self.row_of(kv.req_id, kv, upd_index, upd_block)
+            try:
+                return [rows[req.request_id][0] for req in reqs]
+            except KeyError:                         # a request the table has never seen: check them all
+                pass
+        ents = [get(req.request_id) for req in reqs]
+        changed = [i for i, (e, kv) in enumerate(zip(ents, kvs)) if e is None or e[1] is not kv or e[2] != len(kv.blocks)]
+        out = [e[0] if e is not None else -1 for e in ents]
+        for i in changed:
+            out[i] = self.row_of(reqs[i].request_id, kvs[i], upd_index, upd_block)
+        return out
+
     def release(self, rid: str) -> None:
         ent = self.rows.pop(rid, None)
         if ent is not None:
@@ -96,7 +123,11 @@ class StepInputs:
         put(lay.slots, np.int64, slots)
         put(lay.logits, np.int64, logits)
         put(lay.cu, np.int32, cu)
-        put(lay.seq_lens, np.int32, seq_lens)
+        if seq_lens is None:                         # a decode step: K/V length = position + 1
+            np.add(self.host_np[lay.positions:lay.positions + lay.T * I64].view(np.int64), 1,
+                   out=self.host_np[lay.seq_lens:lay.seq_lens + lay.S * I32].view(np.int32), casting="unsafe")
+        else:
+            put(lay.seq_lens, np.int32, seq_lens)
         put(lay.rows, np.int32, rows)
         put(lay.upd_index, np.int64, upd_index)
         put(lay.upd_block, np.int32, upd_block)
