@@ -274,9 +274,13 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
     ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
+    ap.add_argument("--host-fast-path", action=argparse.BooleanOptionalAction, default=True,
+                    help="l7_fast only: the host fast path (default on; --no-host-fast-path: stage 5's host loops)")
     a = ap.parse_args(argv)
     if a.enforce_eager and a.engine != "l7_fast":
         print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
+    if not a.host_fast_path and a.engine != "l7_fast":
+        print(f"note: --no-host-fast-path is ignored by {a.engine}: only l7_fast has the host fast path")
     t_start = time.perf_counter()
     if a.replot:
         from types import SimpleNamespace
@@ -296,7 +300,7 @@ def main(argv=None):
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
     else:
         path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), "Qwen3-0.6B shape, random weights", torch.bfloat16
-    kw = dict(enforce_eager=a.enforce_eager) if a.engine == "l7_fast" else {}
+    kw = dict(enforce_eager=a.enforce_eager, host_fast_path=a.host_fast_path) if a.engine == "l7_fast" else {}
     llm = llm_class(a.engine)(path, device=device, dtype=dtype, seed=a.seed, **kw)
     cfg = llm.model.cfg
     work = workload(a.num_requests, a.min_len, a.max_len, cfg.vocab_size, a.seed)
@@ -314,7 +318,8 @@ def main(argv=None):
     import triton
     meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, transformers=transformers.__version__,
                 model=model_name, dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
-                stage=a.engine + (" (enforce_eager)" if a.enforce_eager and a.engine == "l7_fast" else ""),
+                stage=a.engine + (" (enforce_eager)" if a.enforce_eager and a.engine == "l7_fast" else "")
+                + (" (host fast path off)" if not a.host_fast_path and a.engine == "l7_fast" else ""),
                 workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.min_len}, {a.max_len}], "
                          "random ids, ignore_eos, greedy",
                 engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,

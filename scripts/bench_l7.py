@@ -8,15 +8,21 @@ Rows (cumulative):
     + inputs         l7 runner, eager: pinned inputs, one copy, incremental block table, no per-layer checks
     + fused ops      + fused add+RMSNorm, q/k-norm+RoPE+KV-write, SiLU*mul, merged qkv / gate_up matmuls
     + CUDA graphs    + decode steps replay one graph per batch bucket
-    + split-KV       + decode attention split over the keys (the full stage 7)
+    + split-KV       + decode attention split over the keys
+    + host fast path + a steady decode step scheduled, advanced, sampled and stop-checked in one
+                     pass each, block-table changes sent by the scheduler (the full stage 7)
 Peer, in the same run: transformers' ``generate`` on the same checkpoint (single stream).
 
 Per row:
     single stream    one request, 512-token prompt, 256 new tokens (greedy, ignore_eos):
                      ms per decoded token = (t(257 new) - t(1 new)) / 256
     batch 64         64 such requests decoding together: ms per step, from the same difference
-    steady           8 steady decode steps at batch 1 and at batch 64: ms per step, and the host
-                     parts of a step (schedule, inputs, sample; l7_fast.profile); graph memory
+    steady           16 steady decode steps (one block's worth) at batch 1 and at batch 64: ms per
+                     step, and the host parts of a step (schedule, inputs, advance, stats, sample;
+                     l7_fast.profile); graph memory
+    host, 256        the last two rows at 256 running requests (prompts of 512..527 tokens, so
+                     block boundaries are spread over the steps as in real traffic): ms per step,
+                     host ms per step and its parts, GPU busy
     profile          torch.profiler over 8 such steps, LAST (once the profiler has run, every later
                      launch in the process is slower; HF is timed before it):
                      GPU kernels per step, host launch calls per step, GPU busy ms per step;
@@ -53,7 +59,9 @@ ROWS = [("stage 6", None),
         ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False)),
         ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False)),
         ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
-        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True))]
+        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, host_fast_path=False)),
+        ("+ host fast path", dict(enforce_eager=False, fused_ops=True, split_kv=True, host_fast_path=True))]
+HOST_ROWS = ROWS[-2:]                                          # before / after the host fast path, at 256
 
 
 def make(model, config, fast):
@@ -96,7 +104,7 @@ def _decoding(model, config, fast, prompts, steps):
     return e
 
 
-def steady_time(model, config, fast, prompts, steps=8) -> dict:
+def steady_time(model, config, fast, prompts, steps=16) -> dict:
     """ms per step of `steps` steady decode steps, and (stage 7) the host parts of a step."""
     e = _decoding(model, config, fast, prompts, steps)
     sync()
@@ -116,7 +124,7 @@ def steady_time(model, config, fast, prompts, steps=8) -> dict:
     return out
 
 
-def steady_kernels(model, config, fast, prompts, steps=8) -> dict:
+def steady_kernels(model, config, fast, prompts, steps=16) -> dict:
     """torch.profiler over `steps` steady decode steps. Run after every timing: once the profiler
     has run, every later kernel launch in the process is slower (CUPTI stays attached)."""
     e = _decoding(model, config, fast, prompts, steps)
@@ -143,6 +151,11 @@ def hf_ms_per_token(path, prompt, new, device) -> float:
     del m
     free()
     return ms
+
+
+def host_parts(h: dict) -> str:
+    return ", ".join(f"{k[:-3]} {h[k]:.3f}" for k in ("schedule_ms", "inputs_ms", "advance_ms", "stats_ms", "sample_ms")
+                     if k in h)
 
 
 def floor_ms(cfg, batch, ctx, bw_gbps) -> float:
@@ -209,27 +222,27 @@ def main(argv=None):
         r["same_tokens_as_row0"] = tokens[label] == next(iter(tokens.values()))
         rows.append(r)
         p1, pb = r.get("profile_1", {}), r.get("profile_b", {})
-        print(f"{label:14s} single {r['single_ms']:7.2f} ms/token  batch {a.batch}: {r['batch_ms']:7.2f} ms/step "
+        print(f"{label:16s} single {r['single_ms']:7.2f} ms/token  batch {a.batch}: {r['batch_ms']:7.2f} ms/step "
               f"({r['batch_tok_s']:.0f} tok/s)" + (f"  steady ms/step b1 {p1['ms_per_step']:.2f}, b{a.batch} "
                                                   f"{pb['ms_per_step']:.2f}" if p1 else "")
               + f"  tokens = first row's: {r['same_tokens_as_row0']}  ({time.perf_counter() - t:.0f} s)", flush=True)
         if pb.get("host"):
-            print(f"{'':14s} host ms/step b1 {p1['host']['host_ms']:.3f}, b{a.batch} {pb['host']['host_ms']:.3f} "
-                  f"(schedule {pb['host'].get('schedule_ms', 0):.3f}, inputs {pb['host'].get('inputs_ms', 0):.3f}, "
-                  f"sample {pb['host'].get('sample_ms', 0):.3f}); graphs {pb['graph_bytes'] / 2**20:.0f} MiB, "
+            print(f"{'':16s} host ms/step b1 {p1['host']['host_ms']:.3f}, b{a.batch} {pb['host']['host_ms']:.3f} "
+                  f"({host_parts(pb['host'])}); graphs {pb['graph_bytes'] / 2**20:.0f} MiB, "
                   f"captured in {pb['capture_s']:.1f} s")
         free()
-    host256 = None
-    if device == "cuda" and a.host_batch:                      # the full stage 7 at 256 running requests
-        big = [[rng.randrange(cfg.vocab_size) for _ in range(a.prompt_len)] for _ in range(a.host_batch)]
-        c256 = make_config(cfg, device, dtype, num_gpu_blocks_override=a.host_batch * (-(-ctx // 16)) + 64,
+    host256 = {}
+    if device == "cuda" and a.host_batch:                      # before / after the host fast path, at 256 running
+        big = [[rng.randrange(cfg.vocab_size) for _ in range(a.prompt_len + i % 16)] for i in range(a.host_batch)]
+        c256 = make_config(cfg, device, dtype, num_gpu_blocks_override=a.host_batch * (-(-(ctx + 16) // 16)) + 64,
                            max_num_seqs=a.host_batch, max_model_len=min(cfg.max_position_embeddings, 4096))
-        host256 = steady_time(model, c256, ROWS[-1][1], big)
-        h = host256["host"]
-        print(f"batch {a.host_batch}, full stage 7: {host256['ms_per_step']:.2f} ms/step ({h['mode']}), host "
-              f"{h['host_ms']:.3f} ms/step (schedule {h.get('schedule_ms', 0):.3f}, inputs {h.get('inputs_ms', 0):.3f}, "
-              f"sample {h.get('sample_ms', 0):.3f})")
-        free()
+        for label, fast in HOST_ROWS:
+            make(model, c256, fast)                            # capture once, not timed
+            h256 = host256[label] = steady_time(model, c256, fast, big, steps=32)
+            h = h256["host"]
+            print(f"batch {a.host_batch}, {label}: {h256['ms_per_step']:.2f} ms/step ({h['mode']}), host "
+                  f"{h['host_ms']:.3f} ms/step ({host_parts(h)})", flush=True)
+            free()
     hf = None
     if not a.skip_hf:
         hf = hf_ms_per_token(path, prompts[0], a.new, device)
@@ -242,13 +255,13 @@ def main(argv=None):
                 k["busy_pct"] = 100 * k["gpu_busy_ms"] / r[key]["ms_per_step"]
                 r[key].update(k)
             p1, pb = r["profile_1"], r["profile_b"]
-            print(f"{r['row']:14s} b1: {p1['kernels']:.0f} kernels, {p1['launch_calls']:.0f} launch calls, GPU busy "
+            print(f"{r['row']:16s} b1: {p1['kernels']:.0f} kernels, {p1['launch_calls']:.0f} launch calls, GPU busy "
                   f"{p1['gpu_busy_ms']:.2f} ms = {p1['busy_pct']:.0f}%  | b{a.batch}: {pb['kernels']:.0f} kernels, "
                   f"{pb['launch_calls']:.0f} calls, busy {pb['gpu_busy_ms']:.2f} ms = {pb['busy_pct']:.0f}%", flush=True)
-        if host256:
-            k = steady_kernels(model, c256, ROWS[-1][1], big)
-            host256.update(k, busy_pct=100 * k["gpu_busy_ms"] / host256["ms_per_step"])
-            print(f"batch {a.host_batch}, full stage 7: GPU busy {host256['busy_pct']:.0f}%")
+        for label, fast in HOST_ROWS if host256 else ():
+            k = steady_kernels(model, c256, fast, big)
+            host256[label].update(k, busy_pct=100 * k["gpu_busy_ms"] / host256[label]["ms_per_step"])
+            print(f"batch {a.host_batch}, {label}: GPU busy {host256[label]['busy_pct']:.0f}%", flush=True)
     for r in rows:
         for key in ("profile_1", "profile_b"):
             if r.get(key, {}).get("top"):
@@ -292,6 +305,18 @@ def markdown(meta, rows) -> str:
                      f"{f(p1, 'launch_calls', '.0f')} | {f(p1, 'busy_pct', '.0f')}% | {f(pb, 'kernels', '.0f')} | "
                      f"{f(pb, 'launch_calls', '.0f')} | {f(pb, 'busy_pct', '.0f')}% | {f(p1, 'ms_per_step', '.2f')} | "
                      f"{f(pb, 'ms_per_step', '.2f')} | {host} | {graph} | {r['same_tokens_as_row0']} |")
+    if meta.get("host256"):
+        n = meta["host_batch"]
+        lines += ["", f"At {n} running requests (prompts of {meta['prompt_len']}..{meta['prompt_len'] + 15} tokens), "
+                  "steady decode steps:", "",
+                  "| row | ms/step | host ms/step | schedule | inputs | advance | stats | sample | GPU busy |",
+                  "|---|" + "---:|" * 8]
+        for label, h in meta["host256"].items():
+            p = h["host"]
+            lines.append(f"| {label} | {h['ms_per_step']:.2f} | {p['host_ms']:.3f} | "
+                         + " | ".join(f"{p.get(k, 0):.3f}" for k in ("schedule_ms", "inputs_ms", "advance_ms", "stats_ms",
+                                                                     "sample_ms"))
+                         + (f" | {h['busy_pct']:.0f}% |" if "busy_pct" in h else " | — |"))
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@
     python scripts/l7_smoke.py --profile             # per-step breakdown: host, GPU wait, launches
     python scripts/l7_smoke.py --enforce-eager       # no CUDA graphs (vLLM's flag)
     python scripts/l7_smoke.py --no-fused-ops --no-split-kv   # stage 3's kernel and the torch ops
+    python scripts/l7_smoke.py --no-host-fast-path   # stage 5's scheduling, sampling and stop loops
 
 The usual prompt's tokens must equal stage 6's (and so lesson 1's). On a CPU there is no CUDA
 graph (every step runs eagerly, through the Triton interpreter, and says so), and --profile
@@ -23,7 +24,7 @@ from l7_fast.profile import kernel_profile, summarize_timings
 
 def build(args, ld):
     kw = dict(enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
-              fused_ops=args.fused_ops, split_kv=args.split_kv)
+              fused_ops=args.fused_ops, split_kv=args.split_kv, host_fast_path=args.host_fast_path)
     return make_engine(args, ld, LLMEngine, **kw)
 
 
@@ -64,6 +65,8 @@ def main(argv=None):
                    help="fused Triton norm / RoPE+KV-write / SiLU kernels (default on; off: the torch ops)")
     g.add_argument("--split-kv", action=argparse.BooleanOptionalAction, default=True,
                    help="split the keys of decode steps over more programs (default on)")
+    g.add_argument("--host-fast-path", action=argparse.BooleanOptionalAction, default=True,
+                   help="steady decode steps scheduled, sampled and stop-checked in one pass each (default on)")
     g.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
     args = p.parse_args(argv)
     params = sampling_params(args)
@@ -89,6 +92,10 @@ def main(argv=None):
                     "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)"
                     if not ld.device.startswith("cuda") or args.enforce_eager else "(--impl torch: not capturable)")
                  + f"; fused ops {'on' if args.fused_ops else 'off'}, split-KV {'on' if r.split_kv else 'off'}")
+    steady = getattr(engine.scheduler, "steady_steps", 0)
+    extra.update(host_fast_path=args.host_fast_path, steady_steps=steady)
+    lines.append(f"host path  : {steady} of {len(r.mode_log)} steps scheduled their running requests in one pass (steady decode)"
+                 if args.host_fast_path else "host path  : off (stages 5 and 6's per-request loops)")
     if args.profile:
         more, prof = profile_lines(args, ld, params, engine)
         lines += more

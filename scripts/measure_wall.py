@@ -4,9 +4,11 @@
     python scripts/measure_wall.py --lesson 3    # lesson 2's gather: bytes copied and time per decode step
     python scripts/measure_wall.py --lesson 4    # the reference sampler's cost per step, V = 151,936
     python scripts/measure_wall.py --lesson 6    # stage 5 on requests sharing a system prompt: work and KV repeated
+    python scripts/measure_wall.py --lesson 7    # host time of a decode step at 256 running requests, model stubbed
 
 Shapes are Qwen3-8B's (36 layers, H_q 32, H_kv 8, D 128, bfloat16): no weights are needed, only
 the stage's own code (the allocator, the pool's gather, the sampler) on tensors of that shape.
+Lesson 7 runs the engines on the built-in tiny Qwen3 with its forward stubbed out.
 Times are wall-clock on the machine that runs it (CPU by default): quote them as approximate.
 """
 from __future__ import annotations
@@ -170,26 +172,111 @@ def lesson6(n: int, block_size: int) -> None:
               f"held block's content")
 
 
+def lesson7(n: int, reps: int) -> None:
+    """The host's share of a decode step, alone: the engines of stage 6, stage 7 without its host
+    fast path, and stage 7, each with n running requests (prompts of 100..115 tokens, greedy,
+    ignore_eos), on the tiny Qwen3 whose forward is stubbed to return zeros at once. Everything else
+    runs for real: scheduling, building and copying the inputs, sampling (an argmax over the tiny
+    vocabulary), the stop checks, the bookkeeping. Blocks of 16 steps alternate between the engines
+    (reps rounds), so the machine's drift hits all three alike. Calls per step are exact counts."""
+    import cProfile
+    import pstats
+    import random
+    from l1_dense.checkpoint import load_model
+    from l1_dense.tiny import tiny_checkpoint
+    from l4_sampler.params import SamplingParams
+    from l4_sampler.stops import StopChecker
+    from l5_scheduler.config import make_config
+    from l6_prefix_cache.engine import LLMEngine as Stage6Engine
+    from l7_fast.engine import LLMEngine as Stage7Engine
+    from l7_fast.step_inputs import StepInputs
+    model = load_model(tiny_checkpoint("qwen3"), "cpu", torch.float32)
+    V, block = model.cfg.vocab_size, 16
+    zeros = torch.zeros(n, V)
+    model.forward = lambda ids, kv, meta, ops=None: zeros[:meta.logits_indices.shape[0]]    # the stub
+    config = make_config(model.cfg, "cpu", torch.float32, num_gpu_blocks_override=n * 64, max_num_seqs=n,
+                         max_model_len=1024)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(V) for _ in range(100 + i % 16)] for i in range(n)]
+    engines = {"stage 6": Stage6Engine(model, None, config),
+               "stage 7, host fast path off": Stage7Engine(model, None, config, host_fast_path=False),
+               "stage 7": Stage7Engine(model, None, config)}
+    for e in engines.values():
+        for p in prompts:
+            e.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=900))
+        while not e.stats or e.stats[-1].prefill_tokens:        # until every request is decoding
+            e.step()
+        for _ in range(4):
+            e.step()
+    print(f"{n} running requests decoding (tiny Qwen3, vocabulary {V}, forward stubbed), {block}-token blocks, "
+          f"{reps} rounds of {block} steps per engine, interleaved; CPU: {platform_name()}")
+    ms = {k: [] for k in engines}
+    for _ in range(reps):
+        for k, e in engines.items():
+            t = time.perf_counter()
+            for _ in range(block):
+                e.step()
+            ms[k].append((time.perf_counter() - t) / block * 1e3)
+    counts = {}
+    for k, e in engines.items():                               # exact counts over one block of steps
+        c = {"reserve": 0, "update": 0, "row_of": 0}
+        reserve, update, row_of = e.scheduler.alloc.reserve, StopChecker.update, StepInputs.row_of
+
+        def counted(fn, key):
+            def f(*a, **kw):
+                c[key] += 1
+                return fn(*a, **kw)
+            return f
+        e.scheduler.alloc.reserve = counted(reserve, "reserve")
+        StopChecker.update, StepInputs.row_of = counted(update, "update"), counted(row_of, "row_of")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(block):
+            e.step()
+        prof.disable()
+        StopChecker.update, StepInputs.row_of = update, row_of
+        del e.scheduler.alloc.reserve
+        c["calls"] = pstats.Stats(prof).total_calls
+        counts[k] = {key: v / block for key, v in c.items()}
+    print("| per decode step | " + " | ".join(engines) + " |")
+    print("|---|" + "---:|" * len(engines))
+    print("| host ms (median of the rounds) | " + " | ".join(f"{statistics.median(ms[k]):.2f}" for k in engines) + " |")
+    print("| host ms (fastest round) | " + " | ".join(f"{min(ms[k]):.2f}" for k in engines) + " |")
+    rows = (("allocator reserve() calls", "reserve"), ("StopChecker.update() calls", "update"),
+            ("block-table row_of() calls", "row_of"), ("Python function calls (cProfile)", "calls"))
+    for label, key in rows:
+        print(f"| {label} | " + " | ".join(f"{counts[k][key]:,.1f}" for k in engines) + " |")
+    a, b = statistics.median(ms["stage 7, host fast path off"]), statistics.median(ms["stage 7"])
+    print(f"host fast path: {a / b:.1f}x less host time per step on this machine ({a:.2f} -> {b:.2f} ms)")
+
+
+def platform_name() -> str:
+    import platform
+    return f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="measure_wall", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lesson", type=int, required=True, choices=[2, 3, 4, 6], help="whose wall section to measure")
+    p.add_argument("--lesson", type=int, required=True, choices=[2, 3, 4, 6, 7], help="whose wall section to measure")
     p.add_argument("--budget-gb", type=float, default=60.0, help="lesson 2: KV memory in GB (10^9 bytes)")
     p.add_argument("--block-size", type=int, default=16, help="lessons 2 and 6: tokens per block")
     p.add_argument("--requests", type=int, default=64, help="lesson 6: requests sharing the system prompt")
     p.add_argument("--context", type=int, default=1024, help="lesson 3: tokens of context")
     p.add_argument("--batch", default="1,64", help="lesson 4: comma-separated batch sizes")
-    p.add_argument("--reps", type=int, default=5, help="lessons 3-4: timed repetitions (the median is shown)")
+    p.add_argument("--reps", type=int, default=5, help="lessons 3, 4, 7: timed repetitions (the median is shown)")
+    p.add_argument("--running", type=int, default=256, help="lesson 7: running requests")
     args = p.parse_args(argv)
     uses = {"--budget-gb": {2}, "--block-size": {2, 6}, "--requests": {6}, "--context": {3}, "--batch": {4},
-            "--reps": {3, 4}}
+            "--reps": {3, 4, 7}, "--running": {7}}
     given = {a.split("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
     for flag in sorted(given & set(uses)):
         if args.lesson not in uses[flag]:
             print(f"note       : {flag} applies to lesson(s) {', '.join(map(str, sorted(uses[flag])))} only: "
                   f"ignored for lesson {args.lesson}", file=sys.stderr)
     for flag, v in (("--budget-gb", args.budget_gb), ("--block-size", args.block_size),
-                    ("--context", args.context), ("--reps", args.reps), ("--requests", args.requests)):
+                    ("--context", args.context), ("--reps", args.reps), ("--requests", args.requests),
+                    ("--running", args.running)):
         if not v > 0:
             raise UserError(f"{flag} must be positive, got {v}.")
     t0 = time.perf_counter()
@@ -199,6 +286,8 @@ def main(argv=None) -> int:
         lesson3(args.context, args.reps)
     elif args.lesson == 6:
         lesson6(args.requests, args.block_size)
+    elif args.lesson == 7:
+        lesson7(args.running, args.reps)
     else:
         try:
             batches = [int(b) for b in args.batch.split(",") if b.strip()]
