@@ -38,6 +38,7 @@ class LLMEngine(Stage6Engine):
             self.prefix_scheduler_cls, self.plain_scheduler_cls = Stage6Engine.prefix_scheduler_cls, Scheduler
         self.profile = profile
         self.timings: list[dict] = []                # profile: per step wall / wait / host ms, mode
+        self._not_plain: set[str] = set()            # unfinished requests the sampler needs more than argmax for
         super().__init__(model, tokenizer, config, **kw)
         self.sampler = FastSampler(self.sampler.seed)   # stage 4's, plus greedy(): nothing sampled yet
         self.runner.profile = profile
@@ -65,6 +66,12 @@ class LLMEngine(Stage6Engine):
         attach_stop_facts(req, self.model.cfg.eos_token_ids, self.config.max_model_len)
         return req
 
+    def add(self, req) -> str:
+        rid = super().add(req)
+        if not req.plain_greedy:
+            self._not_plain.add(rid)                 # while it is unfinished, check every batch's rows
+        return rid
+
     def _count_tokens(self, s, out) -> None:
         if not self.host_fast_path or any(out.prefill):    # chunks to list: stage 5's loop
             return super()._count_tokens(s, out)
@@ -74,9 +81,9 @@ class LLMEngine(Stage6Engine):
     def _sample(self, logits, sampling, stats):
         """Stage 5's loop when any row needs more than an argmax; else the fast loop: one argmax,
         and the StopChecker only for tokens that could stop their request (host.py)."""
-        if not self.host_fast_path or self.keep_logits or not all(req.plain_greedy for req in sampling):
+        if not self.host_fast_path or self.keep_logits or (self._not_plain and not all(r.plain_greedy for r in sampling)):
             return super()._sample(logits, sampling, stats)
-        toks = self.sampler.greedy(logits)
+        toks = self.sampler.greedy(logits, self.runner.last_greedy)
         done = []
         for req, tok in zip(sampling, toks):
             ids = req.output_ids
@@ -111,4 +118,6 @@ class LLMEngine(Stage6Engine):
         st = self.stats[-1]
         for rid in st.preempted + st.finished:
             self.runner.release(rid)
+        for rid in st.finished:
+            self._not_plain.discard(rid)
         return results

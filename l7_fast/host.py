@@ -127,12 +127,17 @@ class SteadyDecode:
                 req.kv.cur_len += 1
             # The general advance for the rest: admissions (if any), and the decodes whose block just
             # filled (n = 0: already counted), which the prefix cache hashes.
-            rest = [(req, 0) for req, _ in steady if req.kv.cur_len % bs == 0] + out.scheduled[k:]
-            if rest:
-                super().advance(SchedulerOutput(scheduled=rest))
+            filled = [req for req, _ in steady if req.kv.cur_len % bs == 0]
+            if filled:
+                self._blocks_filled(filled)
+            if len(out.scheduled) > k:                      # admissions: the general advance
+                super().advance(SchedulerOutput(scheduled=out.scheduled[k:]))
         else:
             super().advance(out)
         self.steady = len(out.scheduled) == len(self.running) and all(out.sample)
+
+    def _blocks_filled(self, reqs: list) -> None:
+        """Steady decodes whose last block just filled (stage 5 has nothing to do; stage 6 caches it)."""
 
 
 class SteadyScheduler(SteadyDecode, Scheduler):
@@ -144,12 +149,19 @@ class SteadyPrefixCachingScheduler(SteadyDecode, PrefixCachingScheduler):
     """Stage 6's scheduler with the one-pass steady decode."""
     allocator_cls = BlockSlotsKVCacheManager
 
+    def _blocks_filled(self, reqs: list) -> None:
+        """Stage 6's advance for these requests alone: hash the block each just filled and cache it."""
+        bs = self.alloc.block_size
+        for req in reqs:
+            self.alloc.cache_full_blocks(req.kv, self.block_hashes(req, req.kv.cur_len // bs))
+
 
 class FastSampler(Sampler):
-    def greedy(self, logits) -> list[int]:
+    def greedy(self, logits, argmax=None) -> list[int]:
         """Stage 4's pipeline for rows that are greedy with no penalties, no min_tokens and no
-        logprobs: every step before the argmax is a no-op for them. logits [S, V] -> S ids (the sync)."""
-        return logits.argmax(-1).tolist()
+        logprobs: every step before the argmax is a no-op for them. logits [S, V] -> S ids (the sync).
+        ``argmax``: ``logits.argmax(-1)`` already computed (a CUDA graph replay computes it)."""
+        return (logits.argmax(-1) if argmax is None else argmax).tolist()
 
 
 def attach_stop_facts(req, eos_token_ids, max_model_len: int) -> None:

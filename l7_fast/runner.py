@@ -60,6 +60,7 @@ class FastRunner:
         self.graphs: dict[int, tuple] = {}
         self.graph_bytes, self.capture_s = 0, 0.0
         self.last_mode = None                        # "graph B" or "eager" (tests, --profile)
+        self.last_greedy = None                      # a replay's argmax of its logits [n] (the graph computes it)
         self.mode_log: list[str] = []                # every step's mode
         self.profile, self.last_wait = False, 0.0    # profile: sync after the forward, time the wait
         if self.use_graphs:
@@ -182,8 +183,9 @@ class FastRunner:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 logits, meta = self.forward(lay, 1, L, splits)
+                greedy = logits.argmax(-1)           # [B]: the greedy ids, in the same replay
             pool = graph.pool()
-            self.graphs[B] = (graph, logits, meta)   # static outputs: overwritten by every replay
+            self.graphs[B] = (graph, logits, greedy, meta)   # static outputs: overwritten by every replay
         torch.cuda.synchronize()
         self.graph_bytes = torch.cuda.memory_reserved() - before
         self.capture_s = time.perf_counter() - t0
@@ -208,25 +210,35 @@ class FastRunner:
             self.last_wait = time.perf_counter() - t0
         return logits, meta
 
+    def replay_bucket(self, out, n: int, decode: bool) -> int | None:
+        """The graph this step replays, or None (eager). A graph was captured for B rows that each
+        compute one token and each give a logits row; a step whose one-token row does not sample (a
+        chunk of an unfinished prompt, when the budget left it one token) has another layout: eager."""
+        if not (self.use_graphs and decode) or not all(out.sample):
+            return None
+        return self.bucket(n)
+
     def _execute(self, out):
         n = len(out.scheduled)
         decode = out.num_tokens == n                 # every scheduled request computes one token
-        B = self.bucket(n) if decode else None
-        if decode and B is not None and self.use_graphs:
+        B = self.replay_bucket(out, n, decode)
+        if B is not None:
             lay, _ = self.prepare(out, pad_to=B, decode=True)
             if self.check:
                 self.check_step(out, lay, 1)
-            graph, logits, meta = self.graphs[B]
+            graph, logits, greedy, meta = self.graphs[B]
             graph.replay()
             self.last_mode = f"graph {B}"
+            self.last_greedy = greedy[:n]
             return logits[:n], meta                  # meta: the captured views, this step's values
         lay, max_kv = self.prepare(out, decode=decode)
-        splits = self.decode_splits(B if B is not None else n) if decode else 1
+        splits = self.decode_splits(self.bucket(n) or n) if decode else 1   # as a replay of this batch would
         max_q = 1 if decode else max(n for _, n in out.scheduled)
         if self.check:
             self.check_step(out, lay, max_q)
         logits, meta = self.forward(lay, max_q, max_kv, splits)
         self.last_mode = "eager"
+        self.last_greedy = None
         return logits, meta
 
     def check_step(self, out, lay: Layout, max_q: int) -> None:

@@ -60,7 +60,7 @@ class StepInputs:
         self.pad_row = table_rows - 1
         self.free_rows = list(range(table_rows - 2, -1, -1))   # pop() hands out row 0 first
         self.rows: dict[str, list] = {}              # request id -> [row, block handle, blocks sent]
-        self.copied = None                           # event: the last copy has left the host buffer
+        self.copied = torch.cuda.Event() if self.device.type == "cuda" else None   # the last copy has left the host buffer
 
     # ---- host side ----------------------------------------------------------------------------
     def _put(self, offset: int, dtype, values) -> None:
@@ -116,7 +116,7 @@ class StepInputs:
 
     def write(self, lay: Layout, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block):
         if self.copied is not None:   # a step that sampled nothing did not sync: the last copy may be queued
-            self.copied.synchronize()
+            self.copied.synchronize()                # (an event never recorded returns at once)
         put = self._put
         put(lay.ids, np.int64, ids)
         put(lay.positions, np.int64, positions)
@@ -136,8 +136,7 @@ class StepInputs:
     def upload(self, lay: Layout) -> None:
         """The step's one host-to-device copy, then the block-table changes (if any) scattered."""
         self.dev[:lay.nbytes].copy_(self.host[:lay.nbytes], non_blocking=True)
-        if self.device.type == "cuda":
-            self.copied = torch.cuda.Event()
+        if self.copied is not None:
             self.copied.record()
         if lay.U:
             idx = self.view(lay.upd_index, torch.int64, lay.U)

@@ -121,3 +121,52 @@ def test_l7_graph_replay_equals_eager_at_the_same_batch(tiny, dtype, batch):
     want, got = _serve(eager, work), _serve(graph, work)
     assert sum(m == f"graph {batch}" for m in graph.runner.mode_log) >= 20
     assert got == want
+
+
+def _one_token_chunk_work():
+    """Three requests decoding, then a fourth whose prompt is admitted with the one token the budget
+    has left: a step of four one-token rows, one of which does not sample."""
+    return ([(_own(6, i), SamplingParams(temperature=0, ignore_eos=True, max_tokens=12)) for i in range(3)]
+            + [(_own(10, 7), SamplingParams(temperature=0, ignore_eos=True, max_tokens=6))])
+
+
+def test_l7_a_one_token_chunk_that_does_not_sample_never_replays_a_graph(tiny):
+    """A graph was captured for rows that all sample; such a step has another layout (fewer logits
+    rows) and must run eagerly. Checked on the decision itself, so it runs on a CPU too."""
+    model, _ = tiny("qwen3")
+    e = LLMEngine(model, None, _config(model, num_blocks=32, budget=4, seqs=4), impl="torch", fused_ops=False)
+    work = _one_token_chunk_work()
+    for i, (p, sp) in enumerate(work[:3]):
+        e.add_request({"prompt_token_ids": p}, sp, request_id=f"q{i}")
+    while e.stats == [] or e.stats[-1].prefill_tokens:
+        e.step()
+    e.add_request({"prompt_token_ids": work[3][0]}, work[3][1], request_id="q3")
+    out = e.scheduler.schedule()
+    assert [n for _, n in out.scheduled] == [1, 1, 1, 1] and out.sample == [True, True, True, False]
+    e.runner.use_graphs = True                         # as on a GPU: would this step replay?
+    assert e.runner.replay_bucket(out, 4, True) is None
+    out.sample[3] = True
+    assert e.runner.replay_bucket(out, 4, True) == 4
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_l7_graph_engine_equals_eager_through_a_one_token_chunk(tiny):
+    from l1_dense.checkpoint import load_model
+    _, path = tiny("qwen3")
+    model = load_model(path, "cuda", torch.float32)
+    cfg = _config(model, num_blocks=64, budget=4, seqs=4)
+    got, want = [], []
+    for eager, into in ((False, got), (True, want)):
+        e = LLMEngine(model, None, cfg, enforce_eager=eager)
+        work = _one_token_chunk_work()
+        for i, (p, sp) in enumerate(work[:3]):
+            e.add_request({"prompt_token_ids": p}, sp, request_id=f"q{i}")
+        for _ in range(3):
+            e.step()
+        e.add_request({"prompt_token_ids": work[3][0]}, work[3][1], request_id="q3")
+        while e.has_unfinished_requests():
+            e.step()
+        into += [e.requests[f"q{i}"].output_ids for i in range(4)]
+        if not eager:
+            assert any(m.startswith("graph") for m in e.runner.mode_log)
+    assert got == want

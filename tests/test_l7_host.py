@@ -144,23 +144,8 @@ class StaysSteady(SteadyPrefixCachingScheduler):         # never leaves the fast
 
 
 class ForgetsFilledBlocks(SteadyPrefixCachingScheduler):  # a decode that fills a block never caches it
-    def advance(self, out):
-        decoded = self._decoded
-        if decoded is not None and decoded[0] is out:
-            self._decoded, k = None, decoded[1]
-            for req, _ in out.scheduled[:k]:
-                req.kv.cur_len += 1
-            if out.scheduled[k:]:
-                PrefixCachingScheduler.advance(self, type(out)(scheduled=out.scheduled[k:]))
-            self.steady = len(out.scheduled) == len(self.running) and all(out.sample)
-        else:
-            super().advance(out)
-
-
-@pytest.mark.parametrize("bug", [SkipsFullBlocks, StaysSteady, ForgetsFilledBlocks], ids=lambda c: c.__name__)
-def test_l7_lockstep_finds_a_planted_fast_path_bug(bug):
-    assert finds("the fast scheduler decides as stage 6's", lockstep, l6_workloads(max_requests=6), PrefixCachingScheduler, bug,
-                 max_examples=1500)
+    def _blocks_filled(self, reqs):
+        pass
 
 
 # Steady decodes that outgrow the pool: the one pass must hand over to stage 5's loop to preempt.
