@@ -21,8 +21,9 @@ Per row:
                      step, and the host parts of a step (schedule, inputs, advance, stats, sample;
                      l7_fast.profile); graph memory
     host, 256        the last two rows at 256 running requests (prompts of 512..527 tokens, so
-                     block boundaries are spread over the steps as in real traffic): ms per step,
-                     host ms per step and its parts, GPU busy
+                     block boundaries are spread over the steps as in real traffic): ms per step
+                     (unprofiled), host ms per step and its parts (median over 48 steps, the two
+                     engines alive at once and stepped in interleaved blocks of 8), GPU busy
     profile          torch.profiler over 8 such steps, LAST (once the profiler has run, every later
                      launch in the process is slower; HF is timed before it):
                      GPU kernels per step, host launch calls per step, GPU busy ms per step;
@@ -37,6 +38,7 @@ import json
 import os
 import platform
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -104,8 +106,8 @@ def _decoding(model, config, fast, prompts, steps):
     return e
 
 
-def steady_time(model, config, fast, prompts, steps=16) -> dict:
-    """ms per step of `steps` steady decode steps, and (stage 7) the host parts of a step."""
+def steady_time(model, config, fast, prompts, steps=16, host=True) -> dict:
+    """ms per step of `steps` steady decode steps, and (stage 7, `host`) the host parts of a step."""
     e = _decoding(model, config, fast, prompts, steps)
     sync()
     t = time.perf_counter()
@@ -113,7 +115,7 @@ def steady_time(model, config, fast, prompts, steps=16) -> dict:
         e.step()
     sync()
     out = dict(ms_per_step=(time.perf_counter() - t) / steps * 1e3)
-    if isinstance(e, Stage7Engine):                            # host parts, on a second engine
+    if host and isinstance(e, Stage7Engine):                   # host parts, on a second engine
         e2 = _decoding(model, config, dict(fast, profile=True), prompts, steps)
         for _ in range(steps):
             e2.step()
@@ -121,6 +123,28 @@ def steady_time(model, config, fast, prompts, steps=16) -> dict:
         mode = max(modes, key=lambda m: modes[m]["steps"])
         out["host"] = dict(mode=mode, **{k: round(v, 4) for k, v in modes[mode].items()})
         out["graph_bytes"], out["capture_s"] = e2.runner.graph_bytes, e2.runner.capture_s
+    return out
+
+
+def host_ab(model, config, rows, prompts, rounds=6, block=8) -> dict:
+    """Host time per steady decode step of each row's engine, all alive at once, in interleaved
+    blocks of `block` steps (`rounds` each), so drift of the machine hits every row alike; the
+    median over the steps is robust to a stray slow step. profile=True: a sync after each forward
+    separates the host's time from the GPU's."""
+    engines = {label: _decoding(model, config, dict(fast, profile=True), prompts, rounds * block) for label, fast in rows}
+    for e in engines.values():
+        e.timings.clear()
+    for _ in range(rounds):
+        for e in engines.values():
+            for _ in range(block):
+                e.step()
+    out = {}
+    for label, e in engines.items():
+        t = e.timings
+        keys = [k for k in t[0] if k.endswith("_ms")]
+        out[label] = dict(mode=max({x["mode"] for x in t}, key=[x["mode"] for x in t].count), steps=len(t),
+                          **{k: round(statistics.median(x[k] for x in t), 4) for k in keys},
+                          host_ms_mean=round(statistics.fmean(x["host_ms"] for x in t), 4))
     return out
 
 
@@ -236,13 +260,16 @@ def main(argv=None):
         big = [[rng.randrange(cfg.vocab_size) for _ in range(a.prompt_len + i % 16)] for i in range(a.host_batch)]
         c256 = make_config(cfg, device, dtype, num_gpu_blocks_override=a.host_batch * (-(-(ctx + 16) // 16)) + 64,
                            max_num_seqs=a.host_batch, max_model_len=min(cfg.max_position_embeddings, 4096))
-        for label, fast in HOST_ROWS:
+        for label, fast in HOST_ROWS:                          # unprofiled ms per step
             make(model, c256, fast)                            # capture once, not timed
-            h256 = host256[label] = steady_time(model, c256, fast, big, steps=32)
-            h = h256["host"]
-            print(f"batch {a.host_batch}, {label}: {h256['ms_per_step']:.2f} ms/step ({h['mode']}), host "
-                  f"{h['host_ms']:.3f} ms/step ({host_parts(h)})", flush=True)
+            host256[label] = dict(ms_per_step=steady_time(model, c256, fast, big, steps=32, host=False)["ms_per_step"])
             free()
+        for label, h in host_ab(model, c256, HOST_ROWS, big).items():   # host time, the rows interleaved
+            host256[label]["host"] = h
+            print(f"batch {a.host_batch}, {label}: {host256[label]['ms_per_step']:.2f} ms/step ({h['mode']}), host "
+                  f"{h['host_ms']:.3f} ms/step median of {h['steps']} interleaved steps (mean {h['host_ms_mean']:.3f}; "
+                  f"{host_parts(h)})", flush=True)
+        free()
     hf = None
     if not a.skip_hf:
         hf = hf_ms_per_token(path, prompts[0], a.new, device)
@@ -309,7 +336,7 @@ def markdown(meta, rows) -> str:
         n = meta["host_batch"]
         lines += ["", f"At {n} running requests (prompts of {meta['prompt_len']}..{meta['prompt_len'] + 15} tokens), "
                   "steady decode steps:", "",
-                  "| row | ms/step | host ms/step | schedule | inputs | advance | stats | sample | GPU busy |",
+                  "| row | ms/step | host ms/step (median) | schedule | inputs | advance | stats | sample | GPU busy |",
                   "|---|" + "---:|" * 8]
         for label, h in meta["host256"].items():
             p = h["host"]
