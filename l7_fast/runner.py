@@ -183,7 +183,7 @@ class FastRunner:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 logits, meta = self.forward(lay, 1, L, splits)
-                greedy = logits.argmax(-1)           # [B]: the greedy ids, in the same replay
+                greedy = logits.argmax(-1) if self.host_fast_path else None   # [B] greedy ids, same replay
             pool = graph.pool()
             self.graphs[B] = (graph, logits, greedy, meta)   # static outputs: overwritten by every replay
         torch.cuda.synchronize()
@@ -229,7 +229,7 @@ class FastRunner:
             graph, logits, greedy, meta = self.graphs[B]
             graph.replay()
             self.last_mode = f"graph {B}"
-            self.last_greedy = greedy[:n]
+            self.last_greedy = greedy[:n] if greedy is not None else None
             return logits[:n], meta                  # meta: the captured views, this step's values
         lay, max_kv = self.prepare(out, decode=decode)
         splits = self.decode_splits(self.bucket(n) or n) if decode else 1   # as a replay of this batch would

@@ -58,9 +58,9 @@ from l7_fast.engine import LLMEngine as Stage7Engine  # noqa: E402
 from l7_fast.profile import kernel_profile, summarize_timings  # noqa: E402
 
 ROWS = [("stage 6", None),
-        ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False)),
-        ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False)),
-        ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
+        ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False, host_fast_path=False)),
+        ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False, host_fast_path=False)),
+        ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False, host_fast_path=False)),
         ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, host_fast_path=False)),
         ("+ host fast path", dict(enforce_eager=False, fused_ops=True, split_kv=True, host_fast_path=True))]
 HOST_ROWS = ROWS[-2:]                                          # before / after the host fast path, at 256
@@ -234,6 +234,7 @@ def main(argv=None):
         t = time.perf_counter()
         run(make(model, config, fast), prompts[:1], 2)         # compile every shape the timed runs use
         run(make(model, config, fast), prompts, 2)             # (prefill kernels too), capture; not timed
+        free()                                                 # (and their memory back before the timed ones)
         r = dict(row=label, fast=fast)
         r["single_ms"], tok1 = per_decode_step(model, config, fast, prompts[:1], a.new)
         r["batch_ms"], tokb = per_decode_step(model, config, fast, prompts, a.batch_new)
@@ -263,6 +264,7 @@ def main(argv=None):
                            max_num_seqs=a.host_batch, max_model_len=min(cfg.max_position_embeddings, 4096))
         for label, fast in HOST_ROWS:                          # unprofiled ms per step
             run(make(model, c256, fast), big, 2)               # compile and capture, not timed
+            free()
             host256[label] = dict(ms_per_step=steady_time(model, c256, fast, big, steps=32, host=False)["ms_per_step"])
             free()
         for label, h in host_ab(model, c256, HOST_ROWS, big).items():   # host time, the rows interleaved
