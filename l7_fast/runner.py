@@ -17,6 +17,7 @@ modes, so a graph replay and an eager step of the same batch do the same arithme
 """
 from __future__ import annotations
 
+import gc
 import time
 
 import numpy as np
@@ -169,6 +170,8 @@ class FastRunner:
         """One graph per bucket, largest first, all sharing one memory pool."""
         t0 = time.perf_counter()
         torch.cuda.synchronize()
+        gc.collect()                                 # torch.cuda.graph does both on entry: measure from there,
+        torch.cuda.empty_cache()                     # or freed cache shows up as negative graph memory
         before = torch.cuda.memory_reserved()
         pool, L = None, self.config.max_model_len
         stream = torch.cuda.Stream()                 # one warm-up stream (cuBLAS keeps a workspace per stream)
