@@ -27,14 +27,19 @@ FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")
 
 
-def _section(lesson, title):
-    """The text of the lesson's '### <title>' subsection inside '## Exercises'."""
+def _sections(lesson, title):
+    """The texts of the lesson's '### <title>...' subsections inside '## Exercises' (at least one)."""
     text = (ROOT / "lessons" / f"{lesson}.md").read_text()
     assert "\n## Exercises\n" in text, f"lessons/{lesson}.md has no '## Exercises' section"
     ex = text.split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
-    sub = re.search(rf"\n### {title}[^\n]*\n(.*?)(?=\n### |\Z)", ex, re.S)
-    assert sub, f"lessons/{lesson}.md's Exercises section has no '### {title}' subsection"
-    return sub.group(1)
+    subs = [m.group(1) for m in re.finditer(rf"\n### {title}[^\n]*\n(.*?)(?=\n### |\Z)", ex, re.S)]
+    assert subs, f"lessons/{lesson}.md's Exercises section has no '### {title}' subsection"
+    return subs
+
+
+def _section(lesson, title):
+    """The first '### <title>' subsection."""
+    return _sections(lesson, title)[0]
 
 
 def _runs(section):
@@ -68,7 +73,11 @@ def _assert_quoted(lines, out, where):
 @cpu_only
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_break_it_edit_makes_the_checker_print_what_the_lesson_quotes(lesson, tmp_path):
-    sec = _section(lesson, "Break it")
+    for i, sec in enumerate(_sections(lesson, "Break it")):   # every break-it of the lesson
+        _check_break_it(lesson, sec, tmp_path / f"break{i}")
+
+
+def _check_break_it(lesson, sec, tmp_path):
     path = re.search(r"In `([\w/]+\.py)`", sec).group(1)
     code = [body for lang, body in FENCE.findall(sec) if lang == "python"]
     assert len(code) >= 2, f"{lesson}: the break-it needs the old and the new line(s) as two ```python blocks"
@@ -78,9 +87,10 @@ def test_break_it_edit_makes_the_checker_print_what_the_lesson_quotes(lesson, tm
     assert source.count(old) == 1, f"{lesson}.md tells the learner to change these lines of {path}, " \
                                    f"which it no longer contains exactly once:\n{old}"
     repo = tmp_path / "repo"
-    for d in ROOT.iterdir():            # the packages (stages, tooling), the scripts, the exercises
-        if d.is_dir() and ((d / "__init__.py").exists() or d.name in ("scripts", "exercises")):
+    for d in ROOT.iterdir():            # the packages (stages, tooling), the scripts, exercises and tests
+        if d.is_dir() and ((d / "__init__.py").exists() or d.name in ("scripts", "exercises", "tests")):
             shutil.copytree(d, repo / d.name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
     (repo / path).write_text(source.replace(old, new))
     runs = _runs(sec)
     assert runs, f"{lesson}: the break-it quotes no '$ command' block"

@@ -23,14 +23,32 @@ def _run(argv):
 
 @cpu_only
 def test_l7_lesson_quotes_the_smoke_tokens_and_fast_path_line():
-    run_it = LESSON.split("## 7.10 Run it", 1)[1]
+    run_it = LESSON.split("## 7.11 Run it", 1)[1]
     tokens = re.search(r"`(\[\d+(?:, \d+)*\])`", run_it).group(1)
     fast = " ".join(re.search(r"`(fast path  : .*?)`", run_it, re.S).group(1).split())
+    host = " ".join(re.search(r"`(host path  : .*?)`", run_it, re.S).group(1).split())
     out = _run([])
     assert f"token ids  : {tokens}" in out
     assert fast in [" ".join(ln.split()) for ln in out.splitlines()], out
+    assert host in [" ".join(ln.split()) for ln in out.splitlines()], out
 
 
 def test_l7_lesson_chain_count_is_the_registry_size():
     from harness.stages import STAGES
     assert f"chain: OK, {len(STAGES)} stage(s) emit the oracle's 20 tokens exactly" in LESSON
+
+
+def test_l7_lesson_quotes_the_host_wall_counts():
+    """The call counts of lesson 7.6's wall table are exact (times are this machine's, not compared)."""
+    from measure_wall import main
+    quoted = LESSON.split("## 7.6 The host", 1)[1].split("```", 2)[1]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["--lesson", "7", "--reps", "1"])
+    printed = out.getvalue()
+    for label in ("allocator reserve() calls", "StopChecker.update() calls", "block-table row_of() calls"):
+        want = next(ln for ln in quoted.splitlines() if ln.startswith(f"| {label} |"))
+        assert want in printed.splitlines(), (want, printed)
+    calls = next(ln for ln in printed.splitlines() if ln.startswith("| Python function calls"))
+    off, on = (float(x.replace(",", "")) for x in calls.split("|")[3:5])
+    assert on < off / 4, calls                                 # the one-pass path: far fewer Python calls
