@@ -70,3 +70,23 @@ def pytest_terminal_summary(terminalreporter):
                       f"{', ' + more if more else ''}, {sum(fake.CHECKS.values())} invariant checks:")
         for name, n in sorted(fake.CHECKS.items()):
             tr.write_line(f"  {n:>9}  {name}")
+
+
+@pytest.fixture(scope="session")
+def chain_run():
+    """(exit code, printed output) of ``check_chain.py --model tiny-<family> --dtype <dtype>``, run
+    once per session: test_chain.py and the README's chain-table test read the same tiny-Qwen3
+    run (about a minute of interpreter time on a CPU)."""
+    import contextlib
+    import io
+    cache = {}
+
+    def get(family="qwen3", dtype="float32"):
+        if (family, dtype) not in cache:
+            from check_chain import main
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = main(["--model", f"tiny-{family}", "--dtype", dtype])
+            cache[family, dtype] = (rc, out.getvalue())
+        return cache[family, dtype]
+    return get

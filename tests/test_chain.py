@@ -9,9 +9,8 @@ from harness.stages import STAGES
 
 
 @pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
-def test_every_stage_matches_hf_generate_for_20_tokens(family, capsys):
-    rc = check_chain(["--model", f"tiny-{family}", "--dtype", "float32"])
-    out = capsys.readouterr().out
+def test_every_stage_matches_hf_generate_for_20_tokens(family, chain_run):
+    rc, out = chain_run(family)
     print(out)
     assert rc == 0, out
     assert "chain: OK" in out and out.count("| yes ") == len(STAGES)

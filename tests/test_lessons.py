@@ -120,10 +120,10 @@ def test_lesson4_greedy_and_seeded_tokens_are_current():
 
 
 @cpu_only
-def test_readme_chain_table_is_what_make_demo_prints():
+def test_readme_chain_table_is_what_make_demo_prints(chain_run):
     readme = (ROOT / "README.md").read_text()
     quoted = _block_after(readme, "`make demo` ends with a table and a verdict")
-    rc, out = _run("check_chain", [])
+    rc, out = chain_run("qwen3")                  # = make demo's `check_chain.py` (tiny Qwen3, float32)
     assert rc == 0
     assert quoted[-1].startswith("chain: OK") and quoted[-1] in out    # the verdict, exactly
     # Stage names, "yes", first diff and margin exactly; the logit-diff column (float32 summation
