@@ -169,4 +169,8 @@ def test_l7_graph_engine_equals_eager_through_a_one_token_chunk(tiny):
         into += [e.requests[f"q{i}"].output_ids for i in range(4)]
         if not eager:
             assert any(m.startswith("graph") for m in e.runner.mode_log)
+            cut = [i for i, st in enumerate(e.stats) if st.decode_tokens == 3
+                   and any(n == 1 and start + 1 < plen for _, start, n, plen in st.chunks)]
+            assert cut, "the workload must give a step of three decodes and a one-token chunk that does not sample"
+            assert all(e.runner.mode_log[i] == "eager" for i in cut), [e.runner.mode_log[i] for i in cut]
     assert got == want

@@ -29,6 +29,7 @@ from l7_fast.host import SteadyPrefixCachingScheduler, SteadyScheduler, attach_s
 
 PAIRS = {"stage 6": (PrefixCachingScheduler, SteadyPrefixCachingScheduler), "stage 5": (Scheduler, SteadyScheduler)}
 FAST_STEPS = {"stage 6": 0, "stage 5": 0}          # steps the one-pass path took (must be > 0)
+LOCKSTEP_RUNS = {"stage 6": 0, "stage 5": 0}       # workloads the property test ran
 
 
 def _view(sched, out):
@@ -100,6 +101,7 @@ def lockstep(w, ref_cls, fast_cls, max_steps=20_000):
 @given(w=l6_workloads())
 def test_l7_steady_scheduler_decides_exactly_as_the_stage_it_speeds_up(stage, w):
     FAST_STEPS[stage] += lockstep(w, *PAIRS[stage])
+    LOCKSTEP_RUNS[stage] += 1
 
 
 SMALL = l6_fake.Workload(2, 12, 8, 3, [(0, 10, 3, 10, 0), (0, 10, 5, 8, 0), (0, 10, 0, 6, 2), (0, 12, 0, 5, 3)])
@@ -178,9 +180,9 @@ def test_l7_steady_scheduler_keeps_stage6_cache_invariants(w):
 def test_l7_lockstep_fast_path_was_exercised():
     """Runs after the property tests in this file (pytest keeps file order): both pairs took the
     one-pass path on some steps, so the equality above is not vacuous."""
-    if not all(FAST_STEPS.values()):
+    if not all(LOCKSTEP_RUNS.values()):
         pytest.skip("run with the lockstep property tests (same file) to count their fast steps")
-    assert all(n > 0 for n in FAST_STEPS.values()), FAST_STEPS
+    assert all(n > 0 for n in FAST_STEPS.values()), (FAST_STEPS, LOCKSTEP_RUNS)
 
 
 # ---- the stop filter ---------------------------------------------------------------------------
@@ -251,12 +253,17 @@ def _own(n, salt):
     return [(salt * 41 + 13 * j) % 240 + 5 for j in range(n)]
 
 
-def test_l7_host_fast_path_changes_nothing_a_step_computes(tiny):
+def test_l7_host_fast_path_changes_nothing_a_step_computes(tiny, monkeypatch):
     """The same requests through the l7 engine with the host fast path on and off: identical tokens,
-    finish and stop reasons, logprobs and per-step stats, on a workload with every kind of row."""
+    finish and stop reasons, logprobs and per-step stats (every field), on a workload with every
+    kind of row; and the fast paths really ran (one-pass steps, argmax-only batches)."""
     from l1_dense.checkpoint import load_tokenizer
     from l5_scheduler.config import make_config
     from l7_fast.engine import LLMEngine
+    from l7_fast.host import FastSampler
+    greedy_calls = []
+    real_greedy = FastSampler.greedy
+    monkeypatch.setattr(FastSampler, "greedy", lambda self, *a: greedy_calls.append(1) or real_greedy(self, *a))
     model, path = tiny("qwen3")
     tok = load_tokenizer(path)
     cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=8, num_gpu_blocks_override=11,
@@ -284,10 +291,13 @@ def test_l7_host_fast_path_changes_nothing_a_step_computes(tiny):
               SamplingParams(temperature=0, max_tokens=7, logprobs=2),
               SamplingParams(temperature=0.9, seed=5, max_tokens=9),
               free, free, free]
+    greedy_calls.clear()
     on, got = serve(True, params)
+    fast_batches = len(greedy_calls)
     off, want = serve(False, params)
     assert got == want
-    assert [s.line() for s in on.stats] == [s.line() for s in off.stats]
+    assert [vars(s) for s in on.stats] == [vars(s) for s in off.stats]
+    assert fast_batches > 0 and len(greedy_calls) == fast_batches   # argmax-only batches, with the path on only
     assert got[0][1:3] == ("stop", out0[k]) and got[0][0] == out0[:k + 1]
     assert got[1][1:3] == ("stop", stop)
     assert on.scheduler.steady_steps > 0 and off.scheduler.__class__.__name__ == "PrefixCachingScheduler"
