@@ -21,7 +21,7 @@ from l5_scheduler.outputs import StepOutput
 from l5_scheduler.scheduler import Scheduler
 from l6_prefix_cache.engine import LLMEngine as Stage6Engine
 
-from .host import FastSampler, SteadyPrefixCachingScheduler, SteadyScheduler, attach_stop_facts
+from .host import SteadyPrefixCachingScheduler, SteadyScheduler, attach_stop_facts
 from .runner import FastRunner
 
 
@@ -40,7 +40,6 @@ class LLMEngine(Stage6Engine):
         self.timings: list[dict] = []                # profile: per step wall / wait / host ms, mode
         self._not_plain: set[str] = set()            # unfinished requests the sampler needs more than argmax for
         super().__init__(model, tokenizer, config, **kw)
-        self.sampler = FastSampler(self.sampler.seed)   # stage 4's, plus greedy(): nothing sampled yet
         self.runner.profile = profile
         self._parts: dict[str, float] = {}
         if profile:                                  # time the host parts of a step
@@ -78,28 +77,32 @@ class LLMEngine(Stage6Engine):
         s.decode_tokens = out.num_tokens
         s.kv_tokens = sum([req.kv.cur_len for req, _ in out.scheduled])
 
+    def _argmax_ids(self, logits) -> list[int]:
+        """Stage 4's pipeline for rows that are greedy with no penalties, no min_tokens and no
+        logprobs: every step before the argmax is a no-op for them. logits [S, V] -> S ids (the sync).
+        A CUDA-graph replay has computed the argmax already (``runner.last_greedy``)."""
+        ids = self.runner.last_greedy
+        return (logits.argmax(-1) if ids is None else ids).tolist()
+
     def _sample(self, logits, sampling, stats):
         """Stage 5's loop when any row needs more than an argmax; else the fast loop: one argmax,
         and the StopChecker only for tokens that could stop their request (host.py)."""
         if not self.host_fast_path or self.keep_logits or (self._not_plain and not all(r.plain_greedy for r in sampling)):
             return super()._sample(logits, sampling, stats)
-        toks = self.sampler.greedy(logits, self.runner.last_greedy)
-        done = []
+        toks = self._argmax_ids(logits)
+        results, done = [], []
         for req, tok in zip(sampling, toks):
             ids = req.output_ids
             ids.append(tok)
+            fin = None
             if tok in req.stop_ids or len(ids) >= req.stop_len:
                 fin = req.stops.update(ids)
                 if fin is not None:
                     done.append((req, fin))
-        results = [StepOutput(req.request_id, [tok], False, None) for req, tok in zip(sampling, toks)]
-        if done:
-            where = {req.request_id: i for i, req in enumerate(sampling)}
-            for req, fin in done:                    # in batch order, as stage 5 finishes them
-                self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
-                stats.finished.append(req.request_id)
-                o = results[where[req.request_id]]
-                o.finished, o.finish_reason = True, fin.finish_reason
+            results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
+        for req, fin in done:                        # in batch order, as stage 5 finishes them
+            self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
+            stats.finished.append(req.request_id)
         return results
 
     def step(self):

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from l2_gather.allocator import BlockAllocator
-from l4_sampler.sampler import Sampler
 from l5_scheduler.scheduler import Scheduler, SchedulerOutput
 from l6_prefix_cache.kv_manager import KVCacheManager
 from l6_prefix_cache.scheduler import PrefixCachingScheduler
@@ -154,14 +153,6 @@ class SteadyPrefixCachingScheduler(SteadyDecode, PrefixCachingScheduler):
         bs = self.alloc.block_size
         for req in reqs:
             self.alloc.cache_full_blocks(req.kv, self.block_hashes(req, req.kv.cur_len // bs))
-
-
-class FastSampler(Sampler):
-    def greedy(self, logits, argmax=None) -> list[int]:
-        """Stage 4's pipeline for rows that are greedy with no penalties, no min_tokens and no
-        logprobs: every step before the argmax is a no-op for them. logits [S, V] -> S ids (the sync).
-        ``argmax``: ``logits.argmax(-1)`` already computed (a CUDA graph replay computes it)."""
-        return (logits.argmax(-1) if argmax is None else argmax).tolist()
 
 
 def attach_stop_facts(req, eos_token_ids, max_model_len: int) -> None:

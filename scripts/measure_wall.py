@@ -172,7 +172,7 @@ def lesson6(n: int, block_size: int) -> None:
               f"held block's content")
 
 
-def lesson7(n: int, reps: int, plen: int = 100) -> None:
+def lesson7(n: int, reps: int) -> None:
     """The host's share of a decode step, alone: the engines of stage 6, stage 7 without its host
     fast path, and stage 7, each with n running requests (prompts of 100..115 tokens, greedy,
     ignore_eos), on the tiny Qwen3 whose forward is stubbed to return zeros at once. Everything else
@@ -194,16 +194,17 @@ def lesson7(n: int, reps: int, plen: int = 100) -> None:
     V, block = model.cfg.vocab_size, 16
     zeros = torch.zeros(n, V)
     model.forward = lambda ids, kv, meta, ops=None: zeros[:meta.logits_indices.shape[0]]    # the stub
-    config = make_config(model.cfg, "cpu", torch.float32, num_gpu_blocks_override=n * 64, max_num_seqs=n,
-                         max_model_len=1024)
+    new = block * (reps + 2) + 16             # decoding through every timed and counted step: no request finishes
+    config = make_config(model.cfg, "cpu", torch.float32, num_gpu_blocks_override=n * (-(-(116 + new) // 16) + 1),
+                         max_num_seqs=n, max_model_len=116 + new)
     rng = random.Random(0)
-    prompts = [[rng.randrange(V) for _ in range(plen + i % 16)] for i in range(n)]
+    prompts = [[rng.randrange(V) for _ in range(100 + i % 16)] for i in range(n)]
     engines = {"stage 6": Stage6Engine(model, None, config),
                "stage 7, host fast path off": Stage7Engine(model, None, config, host_fast_path=False),
                "stage 7": Stage7Engine(model, None, config)}
     for e in engines.values():
         for p in prompts:
-            e.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=400))
+            e.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=new))
         while not e.stats or e.stats[-1].prefill_tokens:        # until every request is decoding
             e.step()
         for _ in range(4):

@@ -260,10 +260,9 @@ def test_l7_host_fast_path_changes_nothing_a_step_computes(tiny, monkeypatch):
     from l1_dense.checkpoint import load_tokenizer
     from l5_scheduler.config import make_config
     from l7_fast.engine import LLMEngine
-    from l7_fast.host import FastSampler
     greedy_calls = []
-    real_greedy = FastSampler.greedy
-    monkeypatch.setattr(FastSampler, "greedy", lambda self, *a: greedy_calls.append(1) or real_greedy(self, *a))
+    real_argmax = LLMEngine._argmax_ids
+    monkeypatch.setattr(LLMEngine, "_argmax_ids", lambda self, *a: greedy_calls.append(1) or real_argmax(self, *a))
     model, path = tiny("qwen3")
     tok = load_tokenizer(path)
     cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=8, num_gpu_blocks_override=11,
