@@ -1,19 +1,24 @@
 # Two commands set up a fresh machine: `make demo` (install + run every stage on the tiny model)
-# and `make test` (install + the test suite). Both first run `install`:
+# and `make test` (install + the default test tier). Both first run `install`, which is plain pip:
 #
 #   * where: a project-local virtualenv .venv (made with $(BASE_PY) -m venv), so a system Python
-#     that refuses `pip install` (PEP 668, "externally managed") is never touched. Inside an
-#     active virtualenv (VIRTUAL_ENV set) that one is used instead; PY=/path/to/python picks any
-#     interpreter yourself.
-#   * torch: on Linux with no NVIDIA GPU, the CPU wheel from PyTorch's CPU index, probed with a
-#     short timeout and falling back to the default index when unreachable; elsewhere the default
-#     index. TORCH_INDEX=cpu|default|<url> overrides; TORCH_CPU_INDEX and TORCH_PROBE_TIMEOUT
-#     (seconds) set the CPU index and how long to wait for it. scripts/install.py prints each
-#     choice and why, then pip's own output, and names any setting it did not use.
-#   * skipped when already done: a stamp keyed on pyproject.toml and the interpreter. FORCE=1 redoes it.
+#     that refuses `pip install` (PEP 668, "externally managed") is never touched. Inside an active
+#     virtualenv (VIRTUAL_ENV set) that one is used; PY=/path/to/python names any interpreter.
+#   * torch first: on Linux with no NVIDIA GPU the CPU wheel from PyTorch's CPU index (the default
+#     index's CUDA build is ~2.5 GB more); if that index does not answer within
+#     TORCH_PROBE_TIMEOUT seconds, or pip fails there, the default index. Elsewhere the default
+#     index. TORCH_INDEX=cpu|default|<url> overrides (no fallback then).
+#   * then `pip install -e ".[test]"`; a stamp per interpreter, made when both succeed, lets the
+#     next make skip the install until pyproject.toml changes. FORCE=1 reinstalls.
+#
+# Tests, in tiers (tests/conftest.py says what each holds):
+#   make test           the default tier, under 5 minutes on 2 cores
+#   make test-lessons   the lessons' exercises and quoted outputs, the chain on every tiny model
+#   make test-deep      the hypothesis searches from scratch, every property test at depth
+#   make gpu-test       the GPU tests (deselected on a machine without CUDA)
 #
 # Variables (make test VAR=value): BASE_PY, VENV, PY, TORCH, TORCH_INDEX, TORCH_CPU_INDEX,
-# TORCH_PROBE_TIMEOUT, FORCE.
+# TORCH_PROBE_TIMEOUT, FORCE, PYTEST_ARGS.
 
 BASE_PY ?= python3
 VENV ?= .venv
@@ -22,6 +27,7 @@ TORCH_INDEX ?= auto
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PROBE_TIMEOUT ?= 5
 FORCE ?=
+PYTEST_ARGS ?=
 
 ifeq ($(origin PY),undefined)
   ifneq ($(VIRTUAL_ENV),)
@@ -37,21 +43,67 @@ else
 endif
 
 # A setting that has no effect says so (it would otherwise be silently ignored).
+given = $(filter command line environment,$(origin $(1)))
 ifeq ($(NEED_VENV),)
-  ifneq ($(filter command line environment,$(origin VENV) $(origin BASE_PY)),)
+  ifneq ($(call given,VENV)$(call given,BASE_PY),)
     $(info make: VENV/BASE_PY ignored: no project virtualenv is made when using $(PY_WHY))
   endif
 endif
 
-.PHONY: install demo test chain gpu-test bench clean-venv
+# Where torch comes from, and why (printed by the install).
+NVIDIA := $(shell test -e /proc/driver/nvidia && echo /proc/driver/nvidia || command -v nvidia-smi 2>/dev/null)
+ifeq ($(TORCH_INDEX),auto)
+  ifeq ($(shell uname -s)$(NVIDIA),Linux)
+    TORCH_FROM := $(TORCH_CPU_INDEX)
+    FALLBACK := yes
+    TORCH_WHY := Linux with no NVIDIA GPU (no /proc/driver/nvidia, no nvidia-smi): the CPU wheel
+  else
+    TORCH_WHY := $(if $(NVIDIA),an NVIDIA GPU ($(NVIDIA)): the default index's CUDA build,not Linux: the default index's wheel)
+  endif
+else ifeq ($(TORCH_INDEX),cpu)
+  TORCH_FROM := $(TORCH_CPU_INDEX)
+  TORCH_WHY := TORCH_INDEX=cpu (no fallback: you asked for this index)
+else ifeq ($(TORCH_INDEX),default)
+  TORCH_WHY := TORCH_INDEX=default
+else ifneq ($(filter http://% https://% file:%,$(TORCH_INDEX)),)
+  TORCH_FROM := $(TORCH_INDEX)
+  TORCH_WHY := TORCH_INDEX=$(TORCH_INDEX) (no fallback: you asked for this index)
+else
+  $(error TORCH_INDEX=$(TORCH_INDEX) is not auto, cpu, default or an index URL (e.g. https://download.pytorch.org/whl/cu130))
+endif
 
-install: $(NEED_VENV)
-	@command -v "$(PY)" >/dev/null 2>&1 || { \
-	  echo "make: error: $(PY) not found ($(PY_WHY)). Give an existing interpreter: PY=/path/to/python" >&2; exit 1; }
-	@$(PY) scripts/install.py --torch "$(TORCH)" --torch-index "$(TORCH_INDEX)" \
-	  --given "$(foreach v,TORCH TORCH_INDEX TORCH_CPU_INDEX TORCH_PROBE_TIMEOUT,$(if $(filter command line environment,$(origin $(v))),$(v)))" \
-	  --cpu-index "$(TORCH_CPU_INDEX)" --probe-timeout "$(TORCH_PROBE_TIMEOUT)" \
-	  $(if $(FORCE),--force) --why "$(PY_WHY)"
+STAMP := .install-stamps/$(subst /,_,$(abspath $(PY)))
+PIP = $(PY) -m pip install
+PIP_FAILED = { echo "install: error: pip failed (its message is above). A system Python may refuse installs \
+(PEP 668, externally managed): leave PY= out to use the project virtualenv." >&2; exit 1; }
+ifneq ($(call given,TORCH)$(call given,TORCH_INDEX)$(call given,TORCH_CPU_INDEX)$(call given,TORCH_PROBE_TIMEOUT),)
+  ifeq ($(FORCE)$(shell test -f '$(STAMP)' -a '$(STAMP)' -nt pyproject.toml && echo fresh),fresh)
+    $(info make: TORCH* settings ignored: the install is up to date (FORCE=1 reinstalls with them))
+  endif
+endif
+
+.PHONY: install demo test test-lessons test-deep chain gpu-test bench clean-venv force-install
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml $(if $(FORCE),force-install) | $(NEED_VENV)
+	@command -v "$(PY)" >/dev/null 2>&1 || { echo "make: error: $(PY) not found ($(PY_WHY)). Give an existing interpreter: PY=/path/to/python" >&2; exit 1; }
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "make: error: $(PY) is older than Python 3.10: BASE_PY=python3.11 or PY=..." >&2; exit 1; }
+	@echo "install: into $(PY), $(PY_WHY)"
+	@echo "install: $(TORCH) from $(or $(TORCH_FROM),the default package index); why: $(TORCH_WHY)"
+	@if [ -n "$(FALLBACK)" ] && ! $(PY) -c "import urllib.request as u; u.urlopen('$(TORCH_FROM)/torch/', timeout=$(TORCH_PROBE_TIMEOUT))" 2>/dev/null; then \
+	  echo "install: $(TORCH_FROM) does not answer within $(TORCH_PROBE_TIMEOUT) s: the default package index instead"; \
+	  $(PIP) "$(TORCH)" || $(PIP_FAILED); \
+	elif [ -n "$(TORCH_FROM)" ]; then \
+	  $(PIP) --index-url "$(TORCH_FROM)" "$(TORCH)" || { [ -n "$(FALLBACK)" ] && \
+	    echo "install: pip failed against $(TORCH_FROM): the default package index instead" && $(PIP) "$(TORCH)"; } || $(PIP_FAILED); \
+	else \
+	  $(PIP) "$(TORCH)" || $(PIP_FAILED); \
+	fi
+	@echo 'install: this package and its test extra: pip install -e ".[test]"'
+	@$(PIP) -e ".[test]" || $(PIP_FAILED)
+	@mkdir -p .install-stamps && touch "$@"
+	@echo "install: done; the next make skips this until pyproject.toml changes (FORCE=1 reinstalls)"
 
 # The project virtualenv. Debian/Ubuntu ship `venv` without `ensurepip` unless python3-venv is
 # installed; `python3 -m venv` then fails halfway, so check first and never leave a half-made .venv.
@@ -71,17 +123,23 @@ demo: install
 	$(PY) scripts/check_chain.py
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -m "not lessons and not deep" $(PYTEST_ARGS)
+
+test-lessons: install
+	$(PY) -m pytest -m lessons $(PYTEST_ARGS)
+
+test-deep: install
+	$(PY) -m pytest -m "deep or fuzz" --hypothesis-profile=deep $(PYTEST_ARGS)
 
 chain: install
 	$(PY) scripts/check_chain.py
 
 gpu-test: install
-	$(PY) -m pytest -q -m gpu
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
 bench: install
 	$(PY) scripts/bench_attention.py
 
-# Removes the project virtualenv and the install stamp; the next make demo/test starts from scratch.
+# Removes the project virtualenv and the install stamps; the next make demo/test starts from scratch.
 clean-venv:
 	rm -rf "$(VENV)" .install-stamps

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from l1_dense.dense_kv import DenseEngine
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 from l1_dense.generate import Generation, greedy_generate
 from l2_gather.engine import GatherEngine
 from l3_paged.engine import PagedEngine
@@ -68,16 +68,17 @@ register("l3_paged[triton]", lambda model, n: PagedEngine(model, _blocks(n), BLO
 register("l4_sampler[t=0]", STAGES["l3_paged[triton]"].make_engine, _sample_t0)
 
 
-def _demo_engine(model, n_tokens, engine_cls, num_blocks, **kw):
+def _demo_engine(model, n_tokens, build_engine, num_blocks, **kw):
     """A scheduler stage's engine with its smoke script's small budget and pool (grown only if
     this request alone would not fit), so the prompt is chunked and the pool runs dry."""
-    from l5_scheduler import demo
     from l5_scheduler.config import make_config
+
+    from . import l5_demo as demo
     blocks = max(num_blocks, -(-max(n_tokens, 96) // demo.BLOCK_SIZE))
     p = next(model.parameters())
     cfg = make_config(model.cfg, str(p.device), p.dtype, block_size=demo.BLOCK_SIZE,
                       num_gpu_blocks_override=blocks, max_num_batched_tokens=demo.BUDGET)
-    return engine_cls(model, None, cfg, impl="triton", check=True, keep_logits=True, **kw)
+    return build_engine(model, None, cfg, impl="triton", check=True, keep_logits=True, **kw)
 
 
 def _run_usual(engine, rid) -> Generation:
@@ -88,15 +89,16 @@ def _run_usual(engine, rid) -> Generation:
 
 
 def _l5_engine(model, n_tokens):
-    """Stage 5 with the smoke script's mixed workload (l5_scheduler/demo.py)."""
-    from l5_scheduler import demo
-    from l5_scheduler.engine import LLMEngine
-    return _demo_engine(model, n_tokens, LLMEngine, demo.NUM_BLOCKS)
+    """Stage 5 with the smoke script's mixed workload (harness/l5_demo.py)."""
+    from l5_scheduler import build_engine
+
+    from . import l5_demo as demo
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS)
 
 
 def _l5_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
     """The prompt served together with the demo's other requests; its own tokens and logits."""
-    from l5_scheduler import demo
+    from . import l5_demo as demo
     extras = demo.extra_prompts(None, engine.model.cfg.vocab_size)
     rid, _ = demo.add_demo_requests(engine, prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
                                     extras)
@@ -107,15 +109,16 @@ register("l5_scheduler", _l5_engine, _l5_generate, layerwise=False)
 
 
 def _l6_engine(model, n_tokens):
-    """Stage 6 (prefix caching on) with its smoke script's sharing workload (l6_prefix_cache/demo.py)."""
-    from l6_prefix_cache import demo
-    from l6_prefix_cache.engine import LLMEngine
-    return _demo_engine(model, n_tokens, LLMEngine, demo.NUM_BLOCKS, enable_prefix_caching=True)
+    """Stage 6 (prefix caching on) with its smoke script's sharing workload (harness/l6_demo.py)."""
+    from l6_prefix_cache import build_engine
+
+    from . import l6_demo as demo
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True)
 
 
 def _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
     """The prompt after a request that contains it, so its first blocks come from the cache."""
-    from l6_prefix_cache import demo
+    from . import l6_demo as demo
     rid, _ = demo.add_demo_requests(engine, prompt_ids, SamplingParams(temperature=0.0, max_tokens=max_new_tokens))
     gen = _run_usual(engine, rid)
     if not any(r == rid and n > 0 for s in engine.stats for r, n in s.hits):
@@ -128,18 +131,22 @@ register("l6_prefix_cache", _l6_engine, _l6_generate, layerwise=False)
 
 def _l7_engine(model, n_tokens):
     """Stage 7 with every fast path on: fused kernels, split-KV, and CUDA graphs on a GPU."""
-    from l6_prefix_cache import demo
-    from l7_fast.engine import LLMEngine
-    return _demo_engine(model, n_tokens, LLMEngine, demo.NUM_BLOCKS, enable_prefix_caching=True)
+    from l7_fast import build_engine
+
+    from . import l6_demo as demo
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True)
 
 
 def _l7_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
     """Stage 6's workload; on a GPU, decode steps must really have replayed CUDA graphs."""
+    from l7_fast import FusedOps, GraphRunner
     gen = _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len)
     r = engine.runner
-    if r.use_graphs and not any(m.startswith("graph") for m in r.mode_log):
+    if isinstance(r, GraphRunner) and not any(m.startswith("graph") for m in r.mode_log):
         raise AssertionError("the l7 row replayed no CUDA graph: it would not test graph replay")
-    if not isinstance(r.ops, __import__("l7_fast.ops", fromlist=["FusedOps"]).FusedOps):
+    if next(engine.model.parameters()).device.type == "cuda" and not isinstance(r, GraphRunner):
+        raise AssertionError("the l7 row runs on a GPU without CUDA graphs")
+    if not isinstance(r.ops, FusedOps):
         raise AssertionError("the l7 row runs without the fused ops")
     return gen
 

@@ -1,2 +1,2 @@
 """Stage 1: the model skeleton (written once, imported by every later stage) and a dense KV cache."""
-from . import runtime  # noqa: F401  (must come first: sets TRITON_INTERPRET before any kernel is defined)
+import plumbing.runtime  # noqa: F401  (must come first: sets TRITON_INTERPRET before any kernel is defined)

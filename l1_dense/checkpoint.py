@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 from .config import ModelConfig
-from .errors import UserError
+from plumbing.errors import UserError
 from .model import CausalLM, rope_inv_freq
 
 _HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.model"]
@@ -22,7 +22,7 @@ _HUB_FILES = ["*.json", "*.safetensors", "tokenizer*", "*.txt", "*.model"]
 def resolve_model_dir(model: str | None) -> Path:
     """A local directory, a hub id (downloaded once into the HF cache), or a built-in tiny model:
     None or ``tiny-qwen3`` (the default), ``tiny-llama``, ``tiny-qwen2``."""
-    from .tiny import SPECS, tiny_checkpoint
+    from plumbing.tiny import SPECS, tiny_checkpoint
     if model is None:
         return tiny_checkpoint("qwen3")
     if model.startswith("tiny-") and model[5:] in SPECS:

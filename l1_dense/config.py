@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError
+from plumbing.errors import UserError
 
 #: config.json "architectures" entry -> family name used in this project.
 SUPPORTED_ARCHITECTURES = {

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .errors import UserError
+from plumbing.errors import UserError
 from .generate import Engine
 
 #: Default cache length when the user names none: the model's context, capped so that a real

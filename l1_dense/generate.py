@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import UserError
+from plumbing.errors import UserError
 
 
 class Engine:

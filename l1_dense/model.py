@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .exercise import learner_can_replace
+from plumbing.exercise import learner_can_replace
 
 
 class RMSNorm(nn.Module):

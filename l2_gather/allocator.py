@@ -8,13 +8,18 @@
 A request's blocks need not be contiguous or in order; only its *block list* is ordered.
 Allocation and freeing are O(1) per block (a deque of free ids). A failed ``reserve`` hands out
 nothing, so the allocator is never left half-way.
+
+A block's slots come with it: ``slot_indices`` lists the slot of every position the request's
+blocks can hold, written or not, so ``reserve(req, n)`` is free (one comparison, nothing
+allocated) while ``n <= len(slot_indices)``: a decode needs the allocator once per block_size
+tokens, not once per token.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
 
-from l1_dense.exercise import learner_can_replace
+from plumbing.exercise import learner_can_replace
 
 
 class OutOfBlocks(RuntimeError):
@@ -29,7 +34,7 @@ class AllocatorError(RuntimeError):
 class Request:
     req_id: object
     blocks: list[int] = field(default_factory=list)        # physical block ids, in logical order
-    slot_indices: list[int] = field(default_factory=list)  # flat slot of each logical position
+    slot_indices: list[int] = field(default_factory=list)  # flat slot of each position its blocks hold
     cur_len: int = 0                                       # tokens whose K/V are in the pool
     freed: bool = False
 
@@ -39,6 +44,13 @@ def slot_index(blocks: list[int], block_size: int, i: int) -> int:
     """Flat pool slot of logical position ``i``: its block's physical id times the block size,
     plus its offset inside the block (``blocks`` is the request's block list, in logical order)."""
     return blocks[i // block_size] * block_size + i % block_size
+
+
+def add_blocks(req: Request, blocks: list[int], block_size: int) -> None:
+    """Append ``blocks`` to ``req``'s block list, and the slots of every position they hold."""
+    req.blocks += blocks
+    req.slot_indices += [slot_index(req.blocks, block_size, i)
+                         for i in range(len(req.slot_indices), len(req.blocks) * block_size)]
 
 
 def check_pool_shape(num_blocks: int, block_size: int) -> None:
@@ -63,19 +75,19 @@ class BlockAllocator:
         return -(-n_tokens // self.block_size)  # ceil
 
     def reserve(self, req: Request, n: int) -> None:
-        """Grow ``req`` so it can hold ``n`` tokens (no-op if it already can)."""
+        """Grow ``req`` so it can hold ``n`` tokens (returns at once if its blocks already can)."""
         if req.freed:
             raise AllocatorError(f"request {req.req_id!r} was freed; make a new Request")
+        if n <= len(req.slot_indices):
+            return                                  # the last block has room
         need = self.blocks_for(n) - len(req.blocks)
         if need > len(self._free):
             raise OutOfBlocks(f"request {req.req_id!r} needs {need} more blocks for {n} tokens "
                               f"but only {len(self._free)} of {self.num_blocks} are free")
-        for _ in range(max(need, 0)):
-            b = self._free.popleft()
+        fresh = [self._free.popleft() for _ in range(need)]
+        for b in fresh:
             self._owner[b] = req
-            req.blocks.append(b)
-        for i in range(len(req.slot_indices), n):
-            req.slot_indices.append(slot_index(req.blocks, self.block_size, i))
+        add_blocks(req, fresh, self.block_size)
 
     def free(self, req: Request) -> None:
         """Return every block of ``req``. Checks first, then mutates: an error changes nothing."""

@@ -1,2 +1,2 @@
 """Stage 3: paged KV cache read by one attention kernel launch per layer for the whole batch."""
-import l1_dense  # noqa: F401  (must come first: picks GPU or Triton interpreter before any kernel is defined)
+import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only machines before any kernel exists)

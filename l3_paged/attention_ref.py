@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from l1_dense.exercise import learner_can_replace
+from plumbing.exercise import learner_can_replace
 
 
 @learner_can_replace  # lesson 3's build-it exercise: exercises/l3_paged.py

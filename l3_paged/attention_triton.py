@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import torch
 
-from l1_dense.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
-from l1_dense.errors import UserError
+from plumbing.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
+from plumbing.errors import UserError
 
 import triton
 import triton.language as tl
@@ -115,13 +115,11 @@ def _paged_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, kv_lens_ptr, bt_ptr
     kv_head = tl.program_id(0)
     q_tile = tl.num_programs(1) - 1 - tl.program_id(1)
     seq = tl.program_id(2)
-
     q_start = tl.load(cu_q_ptr + seq)
     q_len = tl.load(cu_q_ptr + seq + 1) - q_start
     kv_len = tl.load(kv_lens_ptr + seq)
     if q_tile * BLOCK_Q >= q_len:      # a short sequence in a batch sized for a longer one
         return
-
     # Rows of the tile: (query token, head in group) packed together.
     rows = tl.arange(0, BLOCK_M)
     tok = q_tile * BLOCK_Q + rows // G_PAD               # [M] query index within the sequence
@@ -131,20 +129,17 @@ def _paged_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, kv_lens_ptr, bt_ptr
     offs_d = tl.arange(0, D_PAD)
     d_ok = offs_d < HEAD_DIM
     io_mask = row_ok[:, None] & d_ok[None, :]            # [M, D_PAD]
-
     q_ptrs = q_ptr + (q_start + tok).to(tl.int64)[:, None] * stride_qt \
         + head[:, None] * stride_qh + offs_d[None, :]
     q = tl.load(q_ptrs, mask=io_mask, other=0.0)         # [M, D_PAD]
     if UPCAST:
         q = q.to(tl.float32)
-
     # Causal edge: row with token i sees keys 0 .. limit = kv_len - q_len + i (inclusive).
     limit = kv_len - q_len + tok                                         # [M]
     first_tok = q_tile * BLOCK_Q
     last_tok = tl.minimum(first_tok + BLOCK_Q, q_len) - 1
     full_hi = (kv_len - q_len + first_tok + 1) // BLOCK_N * BLOCK_N      # every row sees [0, full_hi)
     masked_hi = kv_len - q_len + last_tok + 1                            # some row sees [.., masked_hi)
-
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D_PAD], tl.float32)
@@ -157,7 +152,6 @@ def _paged_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, kv_lens_ptr, bt_ptr
     acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, full_hi, masked_hi,
                                   kv_len, limit, offs_d, stride_kb, stride_ks, stride_vb, stride_vs,
                                   BLOCK_SIZE, qk_scale, HEAD_DIM, D_PAD, BLOCK_N, True, UPCAST)
-
     out = acc / l_i[:, None]                             # [M, D_PAD]; l > 0: key 0 always visible
     o_ptrs = o_ptr + (q_start + tok).to(tl.int64)[:, None] * stride_ot \
         + head[:, None] * stride_oh + offs_d[None, :]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from l1_dense.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
+from plumbing.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
 
 import triton
 

@@ -10,13 +10,13 @@ Two levels, because they cost different things:
   ``--check`` mode, and is off in the hot path. A bad block id that slips past it is an
   out-of-bounds read inside the kernel (garbage output or an illegal-address crash).
 
-Every failure raises :class:`l1_dense.errors.UserError` naming the problem and the fix.
+Every failure raises :class:`plumbing.errors.UserError` naming the problem and the fix.
 """
 from __future__ import annotations
 
 import torch
 
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

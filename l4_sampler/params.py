@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 
 #: A temperature below this is treated as greedy (vLLM's ``_SAMPLING_EPS``): dividing logits by
 #: 1e-6 only pushes float32 softmax to a one-hot anyway, with overflow risk on the way.
@@ -69,6 +69,11 @@ class SamplingParams:
     def __post_init__(self) -> None:
         # Each check reads "valid range" in words, then tests the value against exactly that.
         # Comparisons are written so that NaN fails them (NaN is already refused by _number).
+        self._check_sampling()
+        self._check_stopping()
+
+    def _check_sampling(self) -> None:
+        """The fields that shape the distribution: temperature, truncation, penalties, seed."""
         v = "a number >= 0 (0 = greedy)"
         self.temperature = _number("temperature", self.temperature, v)
         if not self.temperature >= 0:
@@ -103,6 +108,8 @@ class SamplingParams:
         if self.seed is not None:
             _integer("seed", self.seed, "an int or None")
 
+    def _check_stopping(self) -> None:
+        """The fields that end a request, and what it returns: lengths, stops, logprobs."""
         v = "an int >= 1"
         if not _integer("max_tokens", self.max_tokens, v) >= 1:
             raise _fail("max_tokens", v, self.max_tokens)

@@ -11,6 +11,12 @@ This torch reference is the spec. Every step works on a float32 copy of the logi
     5. top-k, top-p  one stable descending sort: keep ranks < k, then the nucleus of what is left
     6. sample        probs = softmax(z); token = argmax(probs / q), q ~ Exp(1)  ("exponential race")
 
+All greedy. When every row is *plain* greedy (temperature ~0 or top_k 1, no penalties, no
+min_tokens, no logprobs), steps 0-1 change nothing and step 2 is the whole answer: the sampler
+takes ``logits.argmax(-1)`` and skips the rest, including its per-row checks. The ids are the
+ones the full pipeline gives (the same argmax of the same float32 values); a batch with one
+other row takes the full pipeline. (vLLM's Sampler has the same ``all_greedy`` branch.)
+
 Ties. Greedy is torch.argmax: the lowest token id among equal maxima. top-k and top-p rank tokens
 with a *stable* descending sort, so equal logits are ranked by token id too. top-k keeps exactly
 k tokens; top-p keeps a token when the mass strictly before it (in that order) is < top_p. So when
@@ -35,8 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
-from l1_dense.errors import UserError
-from l1_dense.exercise import learner_can_replace
+from plumbing.errors import UserError
+from plumbing.exercise import learner_can_replace
 
 from .params import SamplingParams
 
@@ -51,6 +57,12 @@ class RowState:
     prompt_ids: list[int]
     output_ids: list[int]          # tokens sampled so far (not the one being sampled now)
     eos_token_ids: tuple[int, ...] = ()   # the model's EOS ids (Qwen3: <|im_end|>, <|endoftext|>)
+
+    def __post_init__(self):
+        # Greedy with nothing that reads the history or the raw logprobs: every step of the
+        # pipeline before the argmax is a no-op for this row, whatever it has sampled so far.
+        p = self.params
+        self.plain_greedy = p.greedy and not p.has_penalties and p.min_tokens == 0 and p.logprobs is None
 
     @property
     def position(self) -> int:
@@ -210,6 +222,9 @@ class Sampler:
         return self._shared[str(device)]
 
     def __call__(self, logits: torch.Tensor, rows: list[RowState]) -> SamplerOutput:
+        if logits.dim() == 2 and len(rows) == logits.shape[0] and not [r for r in rows if not r.plain_greedy]:
+            ids = logits.argmax(-1)                      # [B]: the all-greedy branch (read BV)
+            return SamplerOutput(ids, ids.tolist(), None)    # .tolist(): the step's one sync
         B, V = _check(logits, rows)
         z = logits.to(torch.float32, copy=True)          # [B, V]; read + write BV
         want_lp = any(r.params.logprobs is not None for r in rows)

@@ -13,9 +13,16 @@ One :class:`StopChecker` per request. After the sampler's token is appended to `
 
 finish_reason / stop_reason follow vLLM's RequestOutput (EOS reports stop_reason None there too).
 Content stops come before budget stops: when the last token is both EOS and the max_tokens-th
-token, the sequence did end naturally, and a stop string must be cut whatever else fired.
-vLLM v1 checks the budget first (EOS + max_tokens reports "length"), but a stop string found by
-its detokenizer then overrides to "stop", so only the EOS/stop-id vs length tie differs.
+token, the sequence did end naturally ("stop"), and a stop string must be cut whatever else
+fired. Current vLLM (v1's ``check_stop``) orders them the same way: EOS and stop ids first, then
+the length limits.
+
+The cheap pre-check. Without stop strings, a token can end its request only if it is in
+``stop_ids`` (EOS unless ignore_eos, and the stop ids) or the output has reached ``stop_len``
+tokens (max_tokens, or the context). For any other token ``update()`` returns None and changes
+nothing, so a caller with many requests may skip it: ``token in stop_ids or len(output) >=
+stop_len`` decides whether to ask. With stop strings ``stop_len`` is 0: every token is asked,
+because the text must be decoded at every step.
 
 Text. Stop strings live in text, not tokens, and can span tokens ("\\n" + "\\n"). Each step we
 decode the whole output (``decode(ids) -> str``; simple, O(len) per step) and search only where a
@@ -30,7 +37,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 
 from .params import SamplingParams
 
@@ -57,6 +64,10 @@ class StopChecker:
         self.decode = decode
         self.text = ""
         self.finish: Finish | None = None
+        # The pre-check (module docstring): only these tokens, or this many, can end the request.
+        self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_token_ids))
+        limit = params.max_tokens if max_model_len is None else min(params.max_tokens, max_model_len - prompt_len)
+        self.stop_len = 0 if params.stop else limit
 
     def update(self, output_ids: list[int]) -> Finish | None:
         """Call once per new token, with all output ids so far. Returns a Finish or None."""

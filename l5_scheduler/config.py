@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from l1_dense.cli import positive_or_none
-from l1_dense.errors import UserError
+from plumbing.cli import positive_or_none
+from plumbing.errors import UserError
 
 CPU_NUM_BLOCKS = 256
 

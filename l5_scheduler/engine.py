@@ -1,50 +1,50 @@
-"""The engine loop: add requests, then ``step()`` until none is left.
+"""The engine loop, written once: add requests, then ``step()`` until none is left.
 
-One step:
+The engine is given its parts (vLLM v1: one engine core, one Scheduler, one model runner):
+
+    scheduler   who runs this step and how many tokens each (scheduler.py), with the KV manager
+                it was given (kv_manager.py: stage 2's allocator; lesson 6: a prefix cache)
+    runner      one forward pass for the scheduled tokens (runner.py; lesson 7: a faster one)
+    sampler     stage 4's Sampler: one call for every row that samples
+
+and runs the same loop whichever parts it has. One step:
 
     out    = scheduler.schedule()          which requests run, how many tokens each (host ints)
-    logits = runner.execute(out)           ONE build_meta, ONE forward pass, logits [S', V] for
-                                           the rows that sample (decodes, last prefill chunks)
+    logits = runner.execute(out)           ONE forward pass, logits [S', V] for the rows that
+                                           sample (decodes, last prefill chunks)
     scheduler.advance(out)                 the new tokens' K/V are cached
     tokens = sampler(logits, rows)         ONE stage 4 sampler call, per-row SamplingParams
     per sampled request: append the token, stop checks; a finished request frees its blocks now
+
+The stop checks ask a request's StopChecker only for a token that could end it (stage 4's
+pre-check: ``token in stop_ids or len(output) >= stop_len``). The builders that assemble the
+parts of each stage are ``build_engine`` in each stage's llm.py.
 
 ``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
 bad one fails alone with a UserError and the requests in flight never notice.
 """
 from __future__ import annotations
 
-from l1_dense.errors import UserError
 from l4_sampler.params import SamplingParams
-from l4_sampler.sampler import RowState, Sampler
+from l4_sampler.sampler import RowState
 from l4_sampler.stops import StopChecker
+from plumbing.errors import UserError
 
 from .config import EngineConfig
 from .outputs import CompletionOutput, RequestOutput, StepOutput, StepStats
 from .request import Request, RequestStatus
-from .runner import ModelRunner
-from .scheduler import Scheduler
 
 
 class LLMEngine:
-    scheduler_cls = Scheduler                       # stage 6 swaps in its prefix-caching scheduler
-
-    def __init__(self, model, tokenizer, config: EngineConfig, *, seed: int | None = None,
-                 impl: str = "triton", check: bool = False, keep_logits: bool = False):
+    def __init__(self, model, tokenizer, config: EngineConfig, *, scheduler, runner, sampler,
+                 keep_logits: bool = False):
         self.model, self.tokenizer, self.config = model, tokenizer, config
-        self.scheduler = self.scheduler_cls(config.num_blocks, config.block_size, config.max_num_batched_tokens,
-                                            config.max_num_seqs)
-        self.runner = self.make_runner(impl=impl, check=check)
-        self.sampler = Sampler(seed)
+        self.scheduler, self.runner, self.sampler = scheduler, runner, sampler
         self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)
         self.requests: dict[str, Request] = {}
         self.stats: list[StepStats] = []
         self._counter = 0
         self.last_meta = None
-
-    def make_runner(self, **kw) -> ModelRunner:
-        """The model runner (stage 7 returns its CUDA-graph one)."""
-        return ModelRunner(self.model, self.config.num_blocks, self.config.block_size, **kw)
 
     # ---- requests in ------------------------------------------------------------------------
     def _decode(self, ids: list[int]) -> str:
@@ -116,55 +116,53 @@ class LLMEngine:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
-        out = self.scheduler.schedule()
+        sched = self.scheduler
+        out = sched.schedule()
         if not out.scheduled:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
         logits, meta = self.runner.execute(out)              # [S', V] float32
         self.last_meta = meta                                # for --trace-meta and tests
-        self.scheduler.advance(out)
-        stats = self._stats(out)
+        sched.advance(out)
+        running, waiting = len(sched.running), len(sched.waiting)   # before anyone finishes
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        results = self._sample(logits, sampling, stats) if sampling else []
-        stats.sampled = len(sampling)
-        stats.blocks_used = self.scheduler.alloc.num_blocks - self.scheduler.alloc.num_free
-        self.stats.append(stats)
+        results, finished = self._sample(logits, sampling) if sampling else ([], [])
+        self.stats.append(self._stats(out, running, waiting, len(sampling), finished))
         return results
 
-    def _sample(self, logits, sampling: list[Request], stats: StepStats) -> list[StepOutput]:
+    def _sample(self, logits, sampling: list[Request]) -> tuple[list[StepOutput], list[str]]:
         """ONE sampler call for the rows that sample; then each request's new token and stop checks."""
         so = self.sampler(logits, [req.row for req in sampling])
-        results = []
-        for i, req in enumerate(sampling):
-            tok = so.token_ids_list[i]
-            req.output_ids.append(tok)                       # the RowState sees it too (same list)
-            if so.logprobs:
-                req.logprobs.append(so.logprobs[i])
-            if self.keep_logits:
+        lps, keep = so.logprobs, self.keep_logits
+        results, finished = [], []
+        for i, (req, tok) in enumerate(zip(sampling, so.token_ids_list)):
+            req.output_ids.append(tok)                       # Request.append_output, inlined: it runs for
+            req.num_tokens += 1                              # every sampled token (the RowState shares the list)
+            if lps:
+                req.logprobs.append(lps[i])
+            if keep:
                 req.logits.append(logits[i].cpu())
-            fin = req.stops.update(req.output_ids)
-            if fin is not None:
-                self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
-                stats.finished.append(req.request_id)
+            stops, fin = req.stops, None
+            if tok in stops.stop_ids or req.num_tokens - stops.prompt_len >= stops.stop_len:   # could it end here?
+                fin = stops.update(req.output_ids)
+                if fin is not None:
+                    self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
+                    finished.append(req.request_id)
             results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
-        return results
+        return results, finished
 
-    def _stats(self, out) -> StepStats:
-        s = StepStats(step=len(self.stats), prefill_tokens=0, decode_tokens=0,
-                      preempted=[r.request_id for r in out.preempted], admitted=[r.request_id for r in out.admitted],
-                      running=len(self.scheduler.running), waiting=len(self.scheduler.waiting),
-                      blocks_total=self.scheduler.alloc.num_blocks)
-        self._count_tokens(s, out)
-        return s
-
-    def _count_tokens(self, s: StepStats, out) -> None:
-        """Prefill and decode tokens, the chunks, and the keys attention reads this step."""
-        for (req, n), pre in zip(out.scheduled, out.prefill):
-            s.kv_tokens += req.num_computed_tokens           # after advance: seq_lens_kv of this step
-            if pre:
-                s.prefill_tokens += n
-                s.chunks.append((req.request_id, req.num_computed_tokens - n, n, req.prefill_len))
-            else:
-                s.decode_tokens += n
+    def _stats(self, out, running: int, waiting: int, sampled: int, finished: list[str]) -> StepStats:
+        """What the step did, for people (--trace, benchmarks); no code reads it to decide."""
+        kv, scheduled = self.scheduler.kv, out.scheduled
+        chunks = [(req.request_id, req.kv.cur_len - n, n, req.prefill_len)
+                  for (req, n), pre in zip(scheduled, out.prefill) if pre]
+        prefill = sum([c[2] for c in chunks])
+        admitted = scheduled[len(scheduled) - len(out.admitted):]      # admissions come last
+        return StepStats(step=len(self.stats), prefill_tokens=prefill, decode_tokens=out.num_tokens - prefill,
+                         chunks=chunks, preempted=[r.request_id for r in out.preempted],
+                         admitted=[r.request_id for r in out.admitted], finished=finished, running=running,
+                         waiting=waiting, blocks_used=kv.num_blocks - kv.num_free, blocks_total=kv.num_blocks,
+                         kv_tokens=sum([req.kv.cur_len for req, _ in scheduled]), sampled=sampled,
+                         hits=[(req.request_id, req.kv.cur_len - n) for req, n in admitted])
 
     # ---- results out ------------------------------------------------------------------------
     def output(self, request_id: str) -> RequestOutput:

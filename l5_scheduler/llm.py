@@ -1,4 +1,4 @@
-"""``LLM``: vLLM's offline API on top of the engine.
+"""``LLM``: vLLM's offline API on top of the engine, and ``build_engine``, which assembles it.
 
     from l5_scheduler import LLM, SamplingParams
     llm = LLM("Qwen/Qwen3-0.6B")                       # or None: the built-in tiny Qwen3
@@ -9,42 +9,91 @@
 ``generate`` returns one ``RequestOutput`` per prompt, in input order, whatever order they
 finished in. The lower level is ``llm.llm_engine``: ``add_request`` / ``step`` /
 ``has_unfinished_requests``.
+
+``LLM`` loads the checkpoint, sizes the engine (config.py), then calls a builder that gives the
+one engine loop its parts. Stage 5's builder:
+
+    kv        = BlockManager(num_blocks, block_size)                stage 2's allocator
+    scheduler = Scheduler(kv, max_num_batched_tokens, max_num_seqs)
+    runner    = ModelRunner(model, config)                          stage 3's metadata and kernel
+    sampler   = Sampler(seed)                                       stage 4
+    engine    = LLMEngine(model, tokenizer, config, scheduler=..., runner=..., sampler=...)
+
+A later stage writes a builder that passes its own parts to this one (``kv=``, ``runner=``) and
+gives it to ``LLM`` (``build_engine=``): ``from l6_prefix_cache import LLM`` is this class with
+stage 6's builder, never a subclass.
 """
 from __future__ import annotations
 
 import time
 
-import torch
-
-from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
-from l1_dense.cli import DTYPES, check_device_dtype
-from l1_dense.errors import UserError
-from l1_dense.runtime import default_device, default_dtype
 from l4_sampler.params import SamplingParams
+from l4_sampler.sampler import Sampler
+from plumbing.cli import DTYPE_NAMES, check_device_dtype, dtype_name_of
+from plumbing.errors import UserError
+from plumbing.runtime import default_device, default_dtype
+from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
 
 from .config import make_config
 from .engine import LLMEngine
+from .kv_manager import BlockManager
 from .outputs import RequestOutput
+from .runner import ModelRunner
+from .scheduler import Scheduler
+
+
+def build_engine(model, tokenizer, config, *, kv=None, runner=None, wrap=None, seed: int | None = None,
+                 impl: str = "triton", check: bool = False, keep_logits: bool = False) -> LLMEngine:
+    """The one engine with stage 5's parts, or with the ``kv`` manager and ``runner`` a later stage
+    passes. ``wrap(name, part)``, if given, may put a wrapper with the same methods around each part
+    before the loop gets it ("scheduler", "runner", "sampler"; lesson 7's profiler times them so)."""
+    kv = kv if kv is not None else BlockManager(config.num_blocks, config.block_size)
+    runner = runner if runner is not None else ModelRunner(model, config, impl=impl, check=check)
+    parts = dict(scheduler=Scheduler(kv, config.max_num_batched_tokens, config.max_num_seqs), runner=runner,
+                 sampler=Sampler(seed))
+    if wrap is not None:
+        parts = {name: wrap(name, part) for name, part in parts.items()}
+    return LLMEngine(model, tokenizer, config, **parts, keep_logits=keep_logits)
 
 
 def _dtype_name(dtype, device) -> str:
     if dtype is None or dtype == "auto":
         dtype = default_dtype(device)
-    if isinstance(dtype, torch.dtype):
-        names = {d: n for n, d in DTYPES.items()}
-        if dtype not in names:
-            raise UserError(f"dtype {dtype} unsupported: use one of {', '.join(DTYPES)}")
-        return names[dtype]
-    if dtype not in DTYPES:
-        raise UserError(f"dtype {dtype!r} unsupported: use one of {', '.join(DTYPES)} or 'auto'")
+    if not isinstance(dtype, str):
+        name = dtype_name_of(dtype)
+        if name is None:
+            raise UserError(f"dtype {dtype} unsupported: use one of {', '.join(DTYPE_NAMES)}")
+        return name
+    if dtype not in DTYPE_NAMES:
+        raise UserError(f"dtype {dtype!r} unsupported: use one of {', '.join(DTYPE_NAMES)} or 'auto'")
     return dtype
+
+
+def _check_options(build, options: dict) -> None:
+    """Options LLM() passes on to the builder must be ones it takes (a later stage's builder names
+    its own and passes the rest to this stage's)."""
+    import inspect
+
+    def names(fn):
+        ps = inspect.signature(fn).parameters.values()
+        return {p.name for p in ps if p.kind == p.KEYWORD_ONLY}, any(p.kind == p.VAR_KEYWORD for p in ps)
+    known, more = names(build)
+    if more:
+        known |= names(build_engine)[0]
+    known -= {"kv", "runner", "wrap", "seed", "impl"}                  # parts, and LLM's own arguments
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UserError(f"LLM() got {', '.join(unknown)}, which this stage's engine does not take: its options are "
+                        f"{', '.join(sorted(known)) or 'none'} (a later stage's LLM takes more).")
 
 
 class LLM:
     def __init__(self, model: str | None = None, *, device: str | None = None, dtype=None, block_size: int = 16,
                  num_gpu_blocks_override: int | None = None, max_num_batched_tokens: int | None = None,
                  max_num_seqs: int | None = None, max_model_len: int | None = None, seed: int | None = None,
-                 gpu_memory_utilization: float = 0.9, impl: str = "triton"):
+                 gpu_memory_utilization: float = 0.9, impl: str = "triton", build_engine=build_engine,
+                 **engine_options):
+        _check_options(build_engine, engine_options)             # before anything loads
         device = device or default_device()
         dtype = check_device_dtype(device, _dtype_name(dtype, device))
         path = resolve_model_dir(model)
@@ -54,11 +103,7 @@ class LLM:
                              num_gpu_blocks_override=num_gpu_blocks_override,
                              max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                              max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
-        self.llm_engine = self.make_engine(config, seed=seed, impl=impl)
-
-    def make_engine(self, config, **kw) -> LLMEngine:
-        """The engine under the API (stage 6 returns its prefix-caching one)."""
-        return LLMEngine(self.model, self.tokenizer, config, **kw)
+        self.llm_engine = build_engine(self.model, self.tokenizer, config, seed=seed, impl=impl, **engine_options)
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         if isinstance(prompts, (str, dict)):

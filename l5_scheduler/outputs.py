@@ -49,6 +49,7 @@ class StepStats:
     blocks_total: int = 0
     kv_tokens: int = 0            # sum of seq_lens_kv: keys attention reads this step
     sampled: int = 0
+    hits: list[tuple[str, int]] = field(default_factory=list)   # per admission: (id, tokens found computed)
 
     def line(self) -> str:
         chunks = " ".join(f"{r}[{s}:{s + n}/{p}]" for r, s, n, p in self.chunks) or "-"
@@ -60,6 +61,9 @@ class StepStats:
             parts.append("PREEMPT " + ",".join(self.preempted))
         if self.finished:
             parts.append("done " + ",".join(self.finished))
+        hits = [f"{r}+{n}" for r, n in self.hits if n]        # a prefix cache's hits (lesson 6)
+        if hits:
+            parts.append("hit " + ",".join(hits))
         parts += [f"running {self.running}", f"waiting {self.waiting}",
                   f"blocks {self.blocks_used}/{self.blocks_total}"]
         return " | ".join(parts)

@@ -5,8 +5,9 @@
                        └──── preempted ───┘   (blocks freed, num_computed_tokens = 0,
                             (front of queue)   prompt + outputs recomputed on readmission)
 
-The tokens of a request are ``prompt_ids + output_ids``. Of these, ``num_computed_tokens`` have
-their K/V in the cache. Every step the scheduler gives a running request its next
+The tokens of a request are ``prompt_ids + output_ids`` (``num_tokens`` of them, a plain int
+that ``append_output`` keeps: the scheduler reads it for every running request every step). Of
+these, ``num_computed_tokens`` have their K/V in the cache. Every step the scheduler gives a running request its next
 ``num_tokens - num_computed_tokens`` tokens, or a chunk of them:
 
     fresh prompt of 300, budget 128:   chunk 128, chunk 128, chunk 44 -> sample    (chunked prefill)
@@ -56,11 +57,12 @@ class Request:
     def __post_init__(self):
         if self.kv is None:
             self.kv = KVBlocks(self.request_id)
+        self.num_tokens = len(self.prompt_ids) + len(self.output_ids)   # kept by append_output
 
-    @property
-    def num_tokens(self) -> int:
-        """Prompt plus every token sampled so far."""
-        return len(self.prompt_ids) + len(self.output_ids)
+    def append_output(self, token: int) -> None:
+        """A sampled token joins the request (the sampler's RowState shares ``output_ids``)."""
+        self.output_ids.append(token)
+        self.num_tokens += 1
 
     @property
     def num_computed_tokens(self) -> int:

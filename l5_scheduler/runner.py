@@ -20,10 +20,13 @@ from .scheduler import SchedulerOutput
 
 
 class ModelRunner:
-    def __init__(self, model, num_blocks: int, block_size: int, impl: str = "triton", check: bool = False):
+    """``ops``: the skeleton's small ops (``TorchOps``, the default; lesson 7 passes fused ones)."""
+
+    def __init__(self, model, config, impl: str = "triton", check: bool = False, ops=None):
         p = next(model.parameters())
-        self.model, self.device, self.block_size = model, p.device, block_size
-        self.cache = PagedKVCache(model.cfg, num_blocks, block_size, p.device, p.dtype, impl=impl, check=check)
+        self.model, self.device, self.block_size, self.ops = model, p.device, config.block_size, ops
+        self.cache = PagedKVCache(model.cfg, config.num_blocks, config.block_size, p.device, p.dtype,
+                                  impl=impl, check=check)
 
     def inputs(self, out: SchedulerOutput) -> tuple[torch.Tensor, PagedMeta]:
         ids = []
@@ -33,6 +36,7 @@ class ModelRunner:
         return torch.tensor(ids, device=self.device), meta       # [T] int64, T = out.num_tokens
 
     def execute(self, out: SchedulerOutput) -> tuple[torch.Tensor, PagedMeta]:
-        """One forward pass. Returns logits [S', V] float32 (S' = rows that sample) and the metadata."""
+        """One forward pass. Returns logits [S', V] float32 (S' = rows that sample) and the metadata.
+        Nothing is kept between steps, so the output's finished and new-block lists need no reply."""
         input_ids, meta = self.inputs(out)
-        return self.model(input_ids, self.cache, meta), meta
+        return self.model(input_ids, self.cache, meta, ops=self.ops), meta

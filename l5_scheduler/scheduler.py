@@ -14,6 +14,10 @@ separate prefill and decode phases:
 
     step 7, budget 32:  A decode 1 | B decode 1 | C chunk 30 of its 300-token prompt    -> 32
 
+Where the K/V go is not the scheduler's business: it is given a KV manager (kv_manager.py, stage
+2's allocator by default; lesson 6 passes a prefix-caching one) and asks it for blocks. A running
+request asks only when its blocks cannot hold its next tokens (1 decode step in block_size).
+
 Preemption is by recompute: the victim frees every block, its ``num_computed_tokens`` drops
 to 0 and it goes back to the *front* of the waiting queue. When readmitted it recomputes its
 prompt plus the tokens it already generated, then samples its next token as if nothing had
@@ -25,14 +29,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from l1_dense.exercise import learner_can_replace
-from l2_gather.allocator import BlockAllocator, OutOfBlocks
+from l2_gather.allocator import OutOfBlocks
+from plumbing.exercise import learner_can_replace
 
 from .request import KVBlocks, Request, RequestStatus
 
 
 @learner_can_replace  # lesson 5's build-it exercise: exercises/l5_scheduler.py
-def reserve_or_preempt(alloc: BlockAllocator, running: list[Request], req: Request, n: int, preempt) -> bool:
+def reserve_or_preempt(alloc, running: list[Request], req: Request, n: int, preempt) -> bool:
     """Blocks for ``req``'s next ``n`` tokens, preempting the youngest running requests until they fit.
 
     Reserve room for ``num_computed_tokens + n`` tokens. While the pool is short, take the most
@@ -52,31 +56,29 @@ def reserve_or_preempt(alloc: BlockAllocator, running: list[Request], req: Reque
 
 @dataclass
 class SchedulerOutput:
+    """One step's plan, and what changed since the last one (a runner that keeps state reads it)."""
     scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, new tokens), batch order
     sample: list[bool] = field(default_factory=list)     # per scheduled request: does it sample this step?
     prefill: list[bool] = field(default_factory=list)    # per scheduled request: (re)computing, not decoding
+    num_tokens: int = 0                                   # sum of the scheduled tokens
     preempted: list[Request] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(n for _, n in self.scheduled)
+    finished_ids: list[str] = field(default_factory=list)   # finished since the last step (vLLM: finished_req_ids)
+    new_blocks: list = field(default_factory=list)           # block handles that grew (vLLM: new_block_ids)
 
 
 class Scheduler:
-    allocator_cls = BlockAllocator                  # stage 6 swaps in its prefix-caching KV cache manager
-    output_cls = SchedulerOutput                    # stage 7's carries the step's block-table changes
-
-    def __init__(self, num_blocks: int, block_size: int, max_num_batched_tokens: int, max_num_seqs: int):
-        self.alloc = self.allocator_cls(num_blocks, block_size)
+    def __init__(self, kv, max_num_batched_tokens: int, max_num_seqs: int):
+        self.kv = kv                                # the KV manager (kv_manager.py)
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.waiting: deque[Request] = deque()     # FCFS; preempted requests go back to the front
         self.running: list[Request] = []           # admission order: the last one is preempted first
+        self.finished_ids: list[str] = []          # finished since the last schedule()
 
     @property
     def capacity(self) -> int:
         """Tokens the whole pool holds."""
-        return self.alloc.num_blocks * self.alloc.block_size
+        return self.kv.num_blocks * self.kv.block_size
 
     def add(self, req: Request) -> None:
         need = len(req.prompt_ids) + req.params.max_tokens
@@ -90,76 +92,70 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
-        out = self.output_cls()
+        out = SchedulerOutput(finished_ids=self.finished_ids)
+        self.finished_ids = []
         budget = self._schedule_running(out, self.max_num_batched_tokens)     # 1. running requests first
         if not out.preempted:                                                  # 2. then admit
-            self._admit_waiting(out, budget)
+            budget = self._admit_waiting(out, budget)
+        out.num_tokens = self.max_num_batched_tokens - budget
+        # Before the forward pass: num_computed_tokens is where each request's tokens start.
+        out.sample = [req.kv.cur_len + n == req.num_tokens for req, n in out.scheduled]
+        out.prefill = [req.kv.cur_len < req.prefill_len for req, _ in out.scheduled]
+        out.new_blocks, self.kv.new_blocks = self.kv.new_blocks, []
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         """Step 1: the running requests, oldest admission first. Returns the budget left."""
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not self._reserve_or_preempt(req, n, out):
-                break                                         # it preempted itself: nothing younger is left
-            self._take(req, n, out)
+        scheduled = out.scheduled
+        for req in self.running:                      # a preemption pops from the end: the loop ends sooner
+            if budget <= 0:
+                break
+            kv = req.kv
+            n = req.num_tokens - kv.cur_len           # decode: 1; prefill: the rest of it
+            if n > budget:
+                n = budget                            # a chunk
+            if kv.cur_len + n > len(kv.slot_indices):     # its blocks cannot hold them: ask for more
+                if not self._reserve_or_preempt(req, n, out):
+                    break                             # it preempted itself: nothing younger is left
+            scheduled.append((req, n))
             budget -= n
-            i += 1
         return budget
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         """Step 2: admit waiting requests, first come first served, while budget, cap and blocks allow."""
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            n = self._admit_blocks(req, budget)               # the first chunk's blocks only
+            n = self.kv.admit(req, budget)            # the first chunk's blocks only
             if n is None:
-                break                                         # no skipping ahead of the queue
+                break                                 # no skipping ahead of the queue
             self.waiting.popleft()
             req.status, req.prefill_len = RequestStatus.RUNNING, req.num_tokens
             self.running.append(req)
             out.admitted.append(req)
-            self._take(req, n, out)
+            out.scheduled.append((req, n))
             budget -= n
-
-    def _admit_blocks(self, req: Request, budget: int) -> int | None:
-        """Reserve blocks for a waiting request's first chunk. Returns the chunk's length, or None
-        (and holds nothing) when the pool cannot take it. Stage 6 overrides this to look up the
-        prefix cache first."""
-        n = min(req.num_tokens, budget)
-        try:
-            self.alloc.reserve(req.kv, n)
-        except OutOfBlocks:
-            return None
-        return n
+        return budget
 
     def _reserve_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         def preempt(victim):
             self._preempt(victim)
             out.preempted.append(victim)
-        return reserve_or_preempt(self.alloc, self.running, req, n, preempt)
+        return reserve_or_preempt(self.kv, self.running, req, n, preempt)
 
     def _preempt(self, req: Request) -> None:
-        self.alloc.free(req.kv)
+        self.kv.free(req.kv)
         req.kv = KVBlocks(req.request_id)                     # num_computed_tokens = 0
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.waiting.appendleft(req)                          # first in line to come back
 
-    @staticmethod
-    def _take(req: Request, n: int, out: SchedulerOutput) -> None:
-        out.scheduled.append((req, n))
-        out.sample.append(req.num_computed_tokens + n == req.num_tokens)
-        out.prefill.append(req.num_computed_tokens < req.prefill_len)
-
     def advance(self, out: SchedulerOutput) -> None:
         """After the forward pass: the scheduled tokens' K/V are now in the cache."""
-        for req, n in out.scheduled:
-            req.kv.cur_len += n
+        self.kv.advance(out.scheduled)
 
     def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
         """A stop condition fired: free the blocks now, in the same step."""
         self.running.remove(req)
-        self.alloc.free(req.kv)
+        self.kv.free(req.kv)
         req.status, req.finish_reason, req.stop_reason = RequestStatus.FINISHED, finish_reason, stop_reason
+        self.finished_ids.append(req.request_id)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from l1_dense.exercise import learner_can_replace
+from plumbing.exercise import learner_can_replace
 
 ROOT = bytes(32)   # the parent of block 0 (vLLM: NONE_HASH)
 

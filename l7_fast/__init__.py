@@ -1,13 +1,15 @@
-"""Stage 7: the engine made fast. Stage 6's engine with a runner that keeps its inputs in
-persistent pinned buffers (one copy per step), runs fused Triton kernels through the skeleton's
-ops seam, splits the keys of small-batch decode over many programs (flash-decoding), and replays
-each decode step as one CUDA graph."""
-import l1_dense  # noqa: F401  (sets TRITON_INTERPRET on CPU-only machines before any kernel exists)
+"""Stage 7: the engine made fast. Stage 6's engine given a faster runner: persistent pinned inputs
+(one copy per step, the block table updated by the scheduler's diffs), fused Triton kernels
+through the skeleton's ops seam, split-KV decode for small batches (flash-decoding), and each
+decode step replayed as one CUDA graph. Each idea is a part (``build_engine``)."""
+import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only machines before any kernel exists)
 from l4_sampler.params import SamplingParams
 
-from .engine import LLMEngine
-from .llm import LLM
+from .graphs import GraphRunner
+from .llm import LLM, build_engine
 from .ops import FusedOps, merge_projections
+from .profile import Profiler
 from .runner import FastRunner, graph_buckets
 
-__all__ = ["LLM", "LLMEngine", "SamplingParams", "FusedOps", "FastRunner", "graph_buckets", "merge_projections"]
+__all__ = ["LLM", "build_engine", "SamplingParams", "FusedOps", "FastRunner", "GraphRunner", "Profiler",
+           "graph_buckets", "merge_projections"]

@@ -39,8 +39,8 @@ import functools
 
 import torch
 
-from l1_dense.runtime import INTERPRET
-from l1_dense.errors import UserError
+from plumbing.runtime import INTERPRET
+from plumbing.errors import UserError
 
 import triton
 import triton.language as tl
@@ -230,7 +230,7 @@ if __name__ == "__main__":
     from l1_dense.config import PRESETS
     from l3_paged.attention_ref import paged_attention_ref
     from l3_paged.paged_batch import make_paged_batch
-    from l7_fast.bench import CHECKS, Bench, graph_ms, host_us, try_graph_ms
+    from scripts.kernel_bench import CHECKS, Bench, graph_ms, host_us, try_graph_ms
     import scripts.bench_attention as ba
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from l1_dense.runtime import INTERPRET
-from l1_dense.errors import UserError
+from plumbing.runtime import INTERPRET
+from plumbing.errors import UserError
 
 import triton
 import triton.language as tl
@@ -76,7 +76,7 @@ def silu_mul_ref(gate_up):
 
 if __name__ == "__main__":
     from l1_dense.config import PRESETS
-    from l7_fast.bench import CHECKS, Bench, fraction_equal
+    from scripts.kernel_bench import CHECKS, Bench, fraction_equal
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     inter = PRESETS["Qwen/Qwen3-0.6B"].intermediate_size

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import torch
 
-from l1_dense.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
-from l1_dense.errors import UserError
+from plumbing.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
+from plumbing.errors import UserError
 from l1_dense.model import RMSNorm
 
 import triton
@@ -118,7 +118,7 @@ def add_rms_norm_ref(x, residual, norm: RMSNorm):
 
 if __name__ == "__main__":
     from l1_dense.config import PRESETS
-    from l7_fast.bench import CHECKS, Bench, fraction_equal
+    from scripts.kernel_bench import CHECKS, Bench, fraction_equal
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     N = PRESETS["Qwen/Qwen3-0.6B"].hidden_size

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import torch
 
-from l1_dense.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
-from l1_dense.errors import UserError
+from plumbing.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
+from plumbing.errors import UserError
 from l1_dense.model import Attention, apply_rope
 
 import triton
@@ -206,7 +206,7 @@ if __name__ == "__main__":
     from dataclasses import replace
 
     from l1_dense.config import PRESETS
-    from l7_fast.bench import CHECKS, Bench, fraction_equal
+    from scripts.kernel_bench import CHECKS, Bench, fraction_equal
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = replace(PRESETS["Qwen/Qwen3-0.6B"], num_layers=1)

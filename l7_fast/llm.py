@@ -1,27 +1,45 @@
-"""``LLM`` with stage 7's fast runner: CUDA graphs for decode steps, fused kernels, split-KV.
+"""``LLM`` with stage 7's parts: stage 6's engine (the one loop of stage 5, the prefix-caching KV
+manager), given a fast runner.
 
     from l7_fast import LLM, SamplingParams
     llm = LLM(None)                                   # the built-in tiny Qwen3
     llm = LLM(None, enforce_eager=True)               # no CUDA graphs (vLLM's name)
-    llm = LLM(None, host_fast_path=False)             # stage 5's per-request host loops
+    llm = LLM(None, fused_ops=False, split_kv=False)  # the torch ops, stage 3's attention kernel
     llm.llm_engine.runner.graph_bytes                 # memory the captured graphs hold
+
+The parts stage 7 adds, each its own file and each switchable:
+
+    ops        FusedOps (ops.py: fused_norm, fused_act, fused_rope)   or the skeleton's TorchOps
+    attention  split-KV for small decode batches (attention_split.py, cache.py)
+    inputs     one pinned copy per step, the block table updated by diffs (step_inputs.py)
+    runner     FastRunner, eager (runner.py), wrapped by GraphRunner (graphs.py) on a GPU
+    profiler   optional: times the parts of each step (profile.py)
 
 On a CPU there is no CUDA graph: every step runs eagerly, through the Triton interpreter.
 """
 from __future__ import annotations
 
-from l6_prefix_cache.llm import LLM as Stage6LLM
+from l1_dense.model import TorchOps
+from l5_scheduler import llm as stage5
+from l6_prefix_cache import llm as stage6
 
-from .engine import LLMEngine
+from .graphs import GraphRunner
+from .ops import FusedOps
+from .runner import FastRunner
 
 
-class LLM(Stage6LLM):
-    def __init__(self, model: str | None = None, *, enforce_eager: bool = False, fused_ops: bool = True,
-                 split_kv: bool = True, host_fast_path: bool = True, **kw):
-        self.fast = dict(enforce_eager=enforce_eager, fused_ops=fused_ops, split_kv=split_kv,
-                         host_fast_path=host_fast_path)
-        super().__init__(model, **kw)
+def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
+                 fused_ops: bool = True, split_kv: bool = True, profiler=None, impl: str = "triton",
+                 check: bool = False, **kw):
+    """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed)."""
+    ops = FusedOps(model) if fused_ops else TorchOps()
+    runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
+    if not enforce_eager and runner.device.type == "cuda" and impl == "triton":
+        runner = GraphRunner(runner)                 # the torch reference attention cannot be captured
+    return stage6.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, runner=runner,
+                               wrap=profiler.wrap if profiler is not None else None, impl=impl, check=check, **kw)
 
-    def make_engine(self, config, **kw) -> LLMEngine:
-        return LLMEngine(self.model, self.tokenizer, config, enable_prefix_caching=self.enable_prefix_caching,
-                         **self.fast, **kw)
+
+def LLM(model: str | None = None, **kw) -> stage5.LLM:
+    """``l5_scheduler.LLM`` built by this stage's ``build_engine``; every stage 5 and 6 argument works."""
+    return stage5.LLM(model, build_engine=build_engine, **kw)

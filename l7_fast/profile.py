@@ -2,9 +2,12 @@
 
 Two measurements, because a profiler that records every launch also slows every launch:
 
-1. ``engine.profile = True`` (no profiler): per step, the wall time, the time the host then
-   waits for the GPU (a synchronize right after the forward, before the sampler's own sync),
-   and host time = wall - wait: scheduling, inputs, launches, sampling, stop checks.
+1. ``Profiler`` (no CUDA profiler): a part composed into the engine by stage 7's builder
+   (``build_engine(..., profiler=Profiler())``), which wraps the engine's parts before the loop
+   gets them. Per step it records the wall time, the time the host then waits for the GPU (a
+   synchronize right after the forward, before the sampler's own sync), host time = wall - wait,
+   and the host parts: schedule, execute (the runner: inputs, copy, launches), advance, sample
+   (the sampler call). The rest of host time is the engine loop itself: stop checks, outputs, stats.
 2. ``kernel_profile(fn)``: torch.profiler around ``fn``; counts the GPU kernels that ran, the
    host launch calls that started them (a CUDA-graph replay is one), and the GPU busy time
    (the union of kernel intervals, so overlapping kernels are not counted twice).
@@ -13,7 +16,67 @@ GPU busy % of a step = busy time / wall time of the unprofiled run.
 """
 from __future__ import annotations
 
+import time
+
 import torch
+
+TIMED = {"scheduler": ("schedule", "advance"), "runner": ("execute",), "sampler": ("__call__",)}
+NAMES = {"schedule": "schedule", "advance": "advance", "execute": "execute", "__call__": "sample"}
+
+
+class Profiler:
+    """``build_engine(..., profiler=p)``, then ``p.step(engine)`` instead of ``engine.step()``."""
+
+    def __init__(self):
+        self.timings: list[dict] = []               # per step: wall / wait / host ms, mode, tokens, parts
+        self._parts: dict[str, float] = {}
+        self._wait = 0.0
+
+    def wrap(self, name: str, part):
+        """The ``wrap`` of stage 5's builder: time this part's methods (TIMED)."""
+        return _Timed(part, self, TIMED.get(name, ()))
+
+    def add(self, name: str, seconds: float) -> None:
+        self._parts[name] = self._parts.get(name, 0.0) + seconds
+
+    def step(self, engine):
+        self._parts, self._wait = {}, 0.0
+        t0 = time.perf_counter()
+        results = engine.step()
+        wall = time.perf_counter() - t0
+        st = engine.stats[-1]
+        self.timings.append(dict(wall_ms=wall * 1e3, wait_ms=self._wait * 1e3, host_ms=(wall - self._wait) * 1e3,
+                                 mode=engine.runner.mode_log[-1], tokens=st.prefill_tokens + st.decode_tokens,
+                                 **{f"{k}_ms": v * 1e3 for k, v in self._parts.items()}))
+        return results
+
+
+class _Timed:
+    """A part with the same methods; the ones named are timed. The runner's execute is followed by a
+    synchronize (timed as the wait), so the host's share and the GPU's are told apart."""
+
+    def __init__(self, part, profiler: Profiler, names):
+        self._part, self._profiler, self._names = part, profiler, names
+
+    def __getattr__(self, name):
+        attr = getattr(self._part, name)
+        if name not in self._names:
+            return attr
+
+        def timed(*a, **k):
+            t = time.perf_counter()
+            r = attr(*a, **k)
+            self._profiler.add(NAMES[name], time.perf_counter() - t)
+            if name == "execute" and torch.cuda.is_available():
+                t = time.perf_counter()
+                torch.cuda.synchronize()
+                self._profiler._wait += time.perf_counter() - t
+            return r
+        return timed
+
+    def __call__(self, *a, **k):
+        return self.__getattr__("__call__")(*a, **k)
+
 
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch",
                 "cudaMemcpyAsync", "cudaMemsetAsync")

@@ -16,8 +16,10 @@ The block table lives on the device, one row per running request, ``[max_num_seq
 with W = max_model_len / block_size; the last row is the padding row (all PAD). A request keeps
 its row while it runs; each step sends only the entries that are new since the last step
 (``(row * W + col, block)`` pairs, scattered with one ``index_put_``), and the step's table is
-``table.index_select(0, rows)``, which a graph can capture. Rows return to the pool when the
-request finishes or is preempted (a preempted request gets a new block list).
+``table.index_select(0, rows)``, which a graph can capture. Which entries are new, and which rows
+return to the pool, the scheduler's output says (``update_rows``): a handle that gained blocks
+(vLLM's ``new_block_ids``), a request that finished or was preempted (a preempted request comes
+back with a new block list, and a new row).
 """
 from __future__ import annotations
 
@@ -72,6 +74,18 @@ class StepInputs:
         else:
             self.host_np[offset:offset + n * np.dtype(dtype).itemsize].view(dtype)[:] = values
 
+    def update_rows(self, out, upd_index: list, upd_block: list) -> None:
+        """What changed since the last step, from the scheduler's output: the rows of finished and
+        preempted requests go back to the pool; handles that gained blocks (admissions included)
+        queue their new entries."""
+        for rid in out.finished_ids:
+            self.release(rid)
+        for req in out.preempted:
+            self.release(req.request_id)
+        for kv in out.new_blocks:
+            if not kv.freed:                         # (it grew, then was preempted in the same step)
+                self.row_of(kv.req_id, kv, upd_index, upd_block)
+
     def row_of(self, rid: str, kv, upd_index: list, upd_block: list) -> int:
         """The request's table row; queues the blocks it gained since the last step."""
         ent = self.rows.get(rid)
@@ -89,25 +103,14 @@ class StepInputs:
             ent[2] = nb
         return ent[0]
 
-    def rows_of(self, reqs: list, kvs: list, upd_index: list, upd_block: list, grown: list | None = None) -> list[int]:
-        """``row_of`` for a whole batch. With ``grown`` (the block handles whose block list grew this
-        step, from the scheduler), only those are sent; without it, every request is checked. Either
-        way the same rows and the same changes (in another order, which a scatter does not see)."""
-        rows, get = self.rows, self.rows.get
-        if grown is not None:
-            for kv in grown:
-                if not kv.freed:                     # (a handle freed since it grew has no row to update)
-                    self.row_of(kv.req_id, kv, upd_index, upd_block)
-            try:
-                return [rows[req.request_id][0] for req in reqs]
-            except KeyError:                         # a request the table has never seen: check them all
-                pass
-        ents = [get(req.request_id) for req in reqs]
-        changed = [i for i, (e, kv) in enumerate(zip(ents, kvs)) if e is None or e[1] is not kv or e[2] != len(kv.blocks)]
-        out = [e[0] if e is not None else -1 for e in ents]
-        for i in changed:
-            out[i] = self.row_of(reqs[i].request_id, kvs[i], upd_index, upd_block)
-        return out
+    def rows_for(self, scheduled) -> list[int]:
+        """The table row of every scheduled request (each got one when its blocks were first sent)."""
+        rows = self.rows
+        try:
+            return [rows[req.request_id][0] for req, _ in scheduled]
+        except KeyError as e:
+            raise RuntimeError(f"request {e.args[0]!r} has no block-table row: the scheduler never reported its "
+                               "blocks in new_blocks (a bug)") from None
 
     def release(self, rid: str) -> None:
         ent = self.rows.pop(rid, None)
@@ -131,6 +134,14 @@ class StepInputs:
         put(lay.rows, np.int32, rows)
         put(lay.upd_index, np.int64, upd_index)
         put(lay.upd_block, np.int32, upd_block)
+
+    def pad_only(self, B: int, pad_slot: int) -> Layout:
+        """A step of B padding rows (position 0, K/V length 1, the PAD row): a graph capture's inputs."""
+        lay = Layout(B, B, B, 0)
+        self.write(lay, [0] * B, [0] * B, [pad_slot] * B, list(range(B)), list(range(B + 1)), [1] * B,
+                   [self.pad_row] * B, [], [])
+        self.upload(lay)
+        return lay
 
     # ---- device side --------------------------------------------------------------------------
     def upload(self, lay: Layout) -> None:

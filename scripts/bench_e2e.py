@@ -20,7 +20,6 @@ Writes bench_e2e.{json,md,png} into --out.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -30,11 +29,13 @@ import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import l5_scheduler  # noqa: E402  (before triton: picks GPU or interpreter)
-from l1_dense.config import PRESETS  # noqa: E402
-from l1_dense.tiny import tiny_checkpoint  # noqa: E402
+from bench_common import build_checkpoint, ceilings, free, sync, workload  # noqa: E402
+from bench_e2e_report import markdown, plot, roofline  # noqa: E402
 from l5_scheduler import LLM, SamplingParams  # noqa: E402
+from plumbing.tiny import tiny_checkpoint  # noqa: E402
 
 ENGINES = ("l5_scheduler", "l6_prefix_cache", "l7_fast")
 
@@ -42,32 +43,6 @@ ENGINES = ("l5_scheduler", "l6_prefix_cache", "l7_fast")
 def llm_class(engine: str):
     """The stage's ``LLM`` (stage 6 and 7 add prefix caching; stage 7 the fast runner)."""
     return __import__(engine, fromlist=["LLM"]).LLM
-
-
-def build_checkpoint(path: str, preset: str = "Qwen/Qwen3-0.6B") -> str:
-    """A random-weight HF checkpoint of the preset's shape (bf16 safetensors), built once."""
-    if os.path.exists(os.path.join(path, "model.safetensors")):
-        return path
-    from transformers import AutoModelForCausalLM, Qwen3Config
-    c = PRESETS[preset]
-    cfg = Qwen3Config(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-                      num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
-                      num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim,
-                      max_position_embeddings=c.max_position_embeddings, rope_theta=c.rope_theta,
-                      tie_word_embeddings=c.tie_word_embeddings, eos_token_id=151645, bos_token_id=None)
-    cfg.architectures = ["Qwen3ForCausalLM"]
-    torch.manual_seed(0)
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
-    model.save_pretrained(path)
-    print(f"built a random {preset}-shaped checkpoint in {path}")
-    del model
-    return path
-
-
-def workload(n, lo, hi, vocab, seed):
-    rng = random.Random(seed)
-    return [([rng.randrange(vocab) for _ in range(rng.randint(lo, hi))], rng.randint(lo, hi)) for _ in range(n)]
 
 
 def run_ours(llm, work, fixed=None):
@@ -154,112 +129,7 @@ def wall(llm, device, prompt_len=512, new=64, batch=64):
                 stage4_gpu_busy=busy, batch=batch, stage5_tok_per_s=r["tok_per_s"], stage5_steps=r["steps"])
 
 
-def sync():
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def free():
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def ceilings(device):
-    """Copy bandwidth (GB/s, read + write) and bf16 matmul rate (TFLOP/s), measured here."""
-    if device != "cuda":
-        return None, None
-    import triton
-    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    bw = 2 * x.numel() / (triton.testing.do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3) / 1e9
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    tf = 2 * 8192**3 / (triton.testing.do_bench(lambda: a @ a, return_mode="median") * 1e-3) / 1e12
-    del x, y, a
-    free()
-    return bw, tf
-
-
-def roofline(stats, cfg, bw_gbps, peak_tflops):
-    """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor."""
-    elt = 2
-    per_layer = (cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim      # q, k, v
-                 + cfg.num_heads * cfg.head_dim * cfg.hidden_size                              # o
-                 + 3 * cfg.hidden_size * cfg.intermediate_size)                                # gate, up, down
-    body = cfg.num_layers * per_layer
-    head = cfg.vocab_size * cfg.hidden_size
-    kv_tok = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elt
-    mem_s = both_s = 0.0
-    total_bytes = total_flops = 0
-    for s in stats:
-        T = s.prefill_tokens + s.decode_tokens
-        nbytes = (body + (head if s.sampled else 0) + T * cfg.hidden_size) * elt + (s.kv_tokens + T) * kv_tok
-        pre_kv = sum(start * n + n * (n + 1) // 2 for _, start, n, _ in s.chunks)              # visible (q, k) pairs
-        dec_kv = s.kv_tokens - sum(start + n for _, start, n, _ in s.chunks)
-        flops = 2 * T * body + 2 * s.sampled * head + 4 * cfg.num_heads * cfg.head_dim * (pre_kv + dec_kv) * cfg.num_layers
-        t_mem = nbytes / (bw_gbps * 1e9)
-        mem_s += t_mem
-        both_s += max(t_mem, flops / (peak_tflops * 1e12))
-        total_bytes += nbytes
-        total_flops += flops
-    return dict(floor_memory_s=mem_s, floor_memory_compute_s=both_s, bytes=total_bytes, flops=total_flops)
-
-
-def markdown(meta, rows):
-    w = meta.get("wall")
-    wall_lines = [] if not w else [
-        f"Wall: stage 4's loop, one request ({w['prompt_len']}-token prompt, {w['new_tokens']} new tokens): "
-        f"{w['stage4_ms_per_token']:.1f} ms per token ({w['stage4_tok_per_s']:.0f} tok/s)"
-        + ("" if w["stage4_gpu_busy"] is None else f", GPU busy {100 * w['stage4_gpu_busy']:.0f}% of the time")
-        + f"; stage 5 with {w['batch']} such requests at once: {w['stage5_tok_per_s']:.0f} tok/s.", ""]
-    lines = wall_lines + [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, transformers "
-             f"{meta['transformers']}; model {meta['model']} ({meta['dtype']}); {meta['workload']}. "
-             + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
-                if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
-             "| variant | engine | output tokens | seconds | output tok/s | steps | preemptions | memory floor (s) | "
-             "% of memory roofline | mem+compute floor (s) | % of roofline |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        rf = r.get("roofline")
-        sec = (lambda k: f"{rf[k]:.2f}") if rf else (lambda k: "—")
-        pct = (lambda k: f"{100 * rf[k] / r['seconds']:.0f}%") if rf else (lambda k: "—")
-        lines.append(f"| {r['variant']} | {r['engine']} | {r['output_tokens']} | {r['seconds']:.1f} | {r['tok_per_s']:.0f} | "
-                     f"{r.get('steps', '—')} | {r.get('preemptions', '—')} | {sec('floor_memory_s')} | "
-                     f"{pct('floor_memory_s')} | {sec('floor_memory_compute_s')} | {pct('floor_memory_compute_s')} |")
-    return "\n".join(lines)
-
-
-def plot(path, meta, rows, stats):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: skipping the PNG")
-        return
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 1]})
-    steps = range(len(stats))
-    a.plot(steps, [s.decode_tokens for s in stats], label="decode tokens (= running decodes)", lw=1)
-    a.plot(steps, [s.prefill_tokens for s in stats], label="prefill tokens", lw=1)
-    a.plot(steps, [s.running for s in stats], label="running requests", lw=1, ls="--")
-    a.set_yscale("symlog")
-    a.set_xlabel("step")
-    a.set_ylabel("per step (symlog)")
-    a.set_title("our schedule, variable-length workload")
-    a.legend()
-    short = {"ours": "ours", "HF continuous batching": "HF CB", "HF generate_batch": "HF\ngenerate_batch"}
-    labels = [f"{short.get(r['engine'], r['engine'])}\n{r['variant']}" for r in rows]
-    b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["engine"].startswith("ours") else "C1" for r in rows])
-    b.set_xticks(range(len(rows)), labels, fontsize=8)
-    b.set_ylabel("output tokens / s")
-    b.set_title("throughput")
-    fig.suptitle(f"{meta['model']}, {meta['workload']}, {meta['device']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
-
-
-def main(argv=None):
+def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/bench_e2e")
     ap.add_argument("--num-requests", type=int, default=256)
@@ -274,36 +144,33 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
     ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
-    ap.add_argument("--host-fast-path", action=argparse.BooleanOptionalAction, default=True,
-                    help="l7_fast only: the host fast path (default on; --no-host-fast-path: stage 5's host loops)")
     a = ap.parse_args(argv)
     if a.enforce_eager and a.engine != "l7_fast":
         print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
-    if not a.host_fast_path and a.engine != "l7_fast":
-        print(f"note: --no-host-fast-path is ignored by {a.engine}: only l7_fast has the host fast path")
-    t_start = time.perf_counter()
-    if a.replot:
-        from types import SimpleNamespace
-        saved = json.load(open(a.replot))
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "bench_e2e.md"), "w") as f:
-            f.write(markdown(saved["meta"], saved["rows"]) + "\n")
-        plot(os.path.join(a.out, "bench_e2e.png"), saved["meta"], saved["rows"],
-             [SimpleNamespace(**s) for s in saved["schedule"]])
-        return
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not a.quick:
-        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    return a
+
+
+def replot(a) -> None:
+    from types import SimpleNamespace
+    saved = json.load(open(a.replot))
     os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "bench_e2e.md"), "w") as f:
+        f.write(markdown(saved["meta"], saved["rows"]) + "\n")
+    plot(os.path.join(a.out, "bench_e2e.png"), saved["meta"], saved["rows"],
+         [SimpleNamespace(**s) for s in saved["schedule"]])
+
+
+def setup(a, device):
+    """The checkpoint, our LLM (warmed up) and the workload."""
     if a.quick:
         path, a.num_requests, a.min_len, a.max_len, model_name = str(tiny_checkpoint("qwen3")), 8, 4, 24, "tiny-qwen3"
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
     else:
-        path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), "Qwen3-0.6B shape, random weights", torch.bfloat16
-    kw = dict(enforce_eager=a.enforce_eager, host_fast_path=a.host_fast_path) if a.engine == "l7_fast" else {}
+        path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), \
+            "Qwen3-0.6B shape, random weights", torch.bfloat16
+    kw = dict(enforce_eager=a.enforce_eager) if a.engine == "l7_fast" else {}
     llm = llm_class(a.engine)(path, device=device, dtype=dtype, seed=a.seed, **kw)
-    cfg = llm.model.cfg
-    work = workload(a.num_requests, a.min_len, a.max_len, cfg.vocab_size, a.seed)
+    work = workload(a.num_requests, a.min_len, a.max_len, llm.model.cfg.vocab_size, a.seed)
     ec = llm.llm_engine.config
     print(f"{len(work)} requests, prompts {a.min_len}..{a.max_len}, outputs {a.min_len}..{a.max_len}; engine: "
           f"{ec.num_blocks} blocks x {ec.block_size}, budget {ec.max_num_batched_tokens}, max_num_seqs {ec.max_num_seqs}")
@@ -312,50 +179,75 @@ def main(argv=None):
     t = time.perf_counter()
     run_ours(llm, [(p, 4) for p, _ in warm])
     print(f"warm-up: {time.perf_counter() - t:.1f} s")
+    return path, model_name, dtype, llm, work
+
+
+def main(argv=None):
+    a = parse(argv)
+    t_start = time.perf_counter()
+    if a.replot:
+        return replot(a)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not a.quick:
+        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    os.makedirs(a.out, exist_ok=True)
+    path, model_name, dtype, llm, work = setup(a, device)
+    cfg, ec = llm.model.cfg, llm.llm_engine.config
     bw, tf = ceilings(device)
-    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
     import transformers
     import triton
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
     meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, transformers=transformers.__version__,
                 model=model_name, dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
-                stage=a.engine + (" (enforce_eager)" if a.enforce_eager and a.engine == "l7_fast" else "")
-                + (" (host fast path off)" if not a.host_fast_path and a.engine == "l7_fast" else ""),
+                stage=a.engine + (" (enforce_eager)" if a.enforce_eager and a.engine == "l7_fast" else ""),
                 workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.min_len}, {a.max_len}], "
                          "random ids, ignore_eos, greedy",
                 engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,
                             max_num_batched_tokens=ec.max_num_batched_tokens, max_num_seqs=ec.max_num_seqs))
+    variants = [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else [])
     rows, schedule = [], None
-    for variant, fixed in [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else []):
+    for variant, fixed in variants:
         r, stats = run_ours(llm, work, fixed)
-        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf) if device == "cuda" else None)
+        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf) if bw else None)
         schedule = schedule or stats
         rows.append(r)
         print(f"ours  {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s, {r['steps']} steps")
     if a.wall:                                # last: the profiler slows every later launch
-        meta["wall"] = wall(llm, device, *((64, 8, 4) if a.quick else ()))
-        w = meta["wall"]
-        busy = "n/a" if w["stage4_gpu_busy"] is None else f"{100 * w['stage4_gpu_busy']:.0f}%"
-        print(f"wall: stage 4, one request ({w['prompt_len']}-token prompt): {w['stage4_ms_per_token']:.1f} ms/token "
-              f"({w['stage4_tok_per_s']:.0f} tok/s), GPU busy {busy}; "
-              f"stage 5, {w['batch']} such requests at once: {w['stage5_tok_per_s']:.0f} tok/s")
+        meta["wall"] = report_wall(wall(llm, device, *((64, 8, 4) if a.quick else ())))
     del llm
     free()
     if not a.skip_hf:
-        for variant, fixed in [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else []):
-            r = run_hf(path, work, device, fixed, a.hf_timeout)
-            r.update(engine="HF generate_batch" if fixed else "HF continuous batching", variant=variant)
-            rows.append(r)
-            print(f"HF    {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s "
-                  f"({r['finished']}/{len(work)} finished)")
+        rows += [run_peer(path, work, device, variant, fixed, a.hf_timeout) for variant, fixed in variants]
+    save(a.out, meta, rows, schedule)
+    print(f"total {time.perf_counter() - t_start:.0f} s")
+
+
+def report_wall(w: dict) -> dict:
+    busy = "n/a" if w["stage4_gpu_busy"] is None else f"{100 * w['stage4_gpu_busy']:.0f}%"
+    print(f"wall: stage 4, one request ({w['prompt_len']}-token prompt): {w['stage4_ms_per_token']:.1f} ms/token "
+          f"({w['stage4_tok_per_s']:.0f} tok/s), GPU busy {busy}; "
+          f"stage 5, {w['batch']} such requests at once: {w['stage5_tok_per_s']:.0f} tok/s")
+    return w
+
+
+def run_peer(path, work, device, variant, fixed, timeout) -> dict:
+    r = run_hf(path, work, device, fixed, timeout)
+    r.update(engine="HF generate_batch" if fixed else "HF continuous batching", variant=variant)
+    print(f"HF    {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s "
+          f"({r['finished']}/{len(work)} finished)")
+    return r
+
+
+def save(out, meta, rows, schedule) -> None:
     md = markdown(meta, rows)
     print("\n" + md)
     results = dict(meta=meta, rows=rows, schedule=[s.__dict__ for s in schedule])
-    with open(os.path.join(a.out, "bench_e2e.json"), "w") as f:
+    with open(os.path.join(out, "bench_e2e.json"), "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(a.out, "bench_e2e.md"), "w") as f:
+    with open(os.path.join(out, "bench_e2e.md"), "w") as f:
         f.write(md + "\n")
-    plot(os.path.join(a.out, "bench_e2e.png"), meta, rows, schedule)
-    print(f"wrote {a.out}/bench_e2e.json and .md; total {time.perf_counter() - t_start:.0f} s")
+    plot(os.path.join(out, "bench_e2e.png"), meta, rows, schedule)
+    print(f"wrote {out}/bench_e2e.json and .md")
 
 
 if __name__ == "__main__":

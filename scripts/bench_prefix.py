@@ -38,8 +38,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import l6_prefix_cache  # noqa: E402,F401  (before triton: picks GPU or interpreter)
-from bench_e2e import build_checkpoint, ceilings, free, roofline, sync, workload  # noqa: E402
-from l1_dense.tiny import tiny_checkpoint  # noqa: E402
+from bench_common import build_checkpoint, ceilings, free, sync, workload  # noqa: E402
+from bench_e2e_report import roofline  # noqa: E402
+from plumbing.tiny import tiny_checkpoint  # noqa: E402
 from l6_prefix_cache import LLM, SamplingParams  # noqa: E402
 
 
@@ -52,10 +53,10 @@ def shared_workload(n, system_len, own_lo, own_hi, out_lo, out_hi, vocab, seed):
 
 def run(llm, work, caching: bool, label: str):
     """A fresh engine (empty cache), every request added at once, stepped to the end."""
-    llm.enable_prefix_caching = caching
+    from l6_prefix_cache import build_engine
     llm.llm_engine = None
     free()
-    eng = llm.llm_engine = llm.make_engine(llm.config, seed=0)
+    eng = llm.llm_engine = build_engine(llm.model, llm.tokenizer, llm.config, enable_prefix_caching=caching, seed=0)
     ids = [eng.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=m))
            for p, m in work]
     gc_time, gc_start = [0.0, 0], [0.0]
@@ -86,13 +87,13 @@ def run(llm, work, caching: bool, label: str):
     ttft = sorted(first[i] for i in ids)
     prompt = sum(len(p) for p, _ in work)
     computed = sum(s.prefill_tokens for s in eng.stats)
-    st = getattr(eng.scheduler, "stats", None)
+    st = eng.scheduler.kv.stats if caching else None
     r = dict(workload=label, caching=caching, seconds=dt, output_tokens=n_out, tok_per_s=n_out / dt,
              steps=len(eng.stats), preemptions=sum(len(s.preempted) for s in eng.stats),
              ttft_mean_s=statistics.fmean(ttft), ttft_p50_s=ttft[len(ttft) // 2], ttft_p90_s=ttft[int(0.9 * (len(ttft) - 1))],
              prefill_phase_s=ttft[-1], prompt_tokens=prompt, prefill_tokens_computed=computed,
              hit_rate=st.hit_rate if st else 0.0, cache_hits=st.hits if st else 0,
-             evictions=eng.scheduler.alloc.pool.evictions if caching else 0, gc_s=gc_time[0], gc_gen2=gc_time[1],
+             evictions=eng.scheduler.kv.pool.evictions if caching else 0, gc_s=gc_time[0], gc_gen2=gc_time[1],
              decode_step_ms_median=1e3 * statistics.median([t for t, st in zip(step_s, eng.stats) if not st.prefill_tokens]
                                                            or [float("nan")]))
     print(f"{label:<7} caching {'on ' if caching else 'off'}: {dt:6.1f} s, {r['tok_per_s']:8.0f} out tok/s, "
@@ -158,7 +159,7 @@ def plot(path, meta, rows, ttfts):
     print(f"wrote {path}")
 
 
-def main(argv=None):
+def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/bench_prefix")
     ap.add_argument("--num-requests", type=int, default=256)
@@ -170,11 +171,13 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     a = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not a.quick:
-        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
-    os.makedirs(a.out, exist_ok=True)
+    if a.repeats < 1:
+        sys.exit(f"--repeats must be >= 1, got {a.repeats}")
+    return a
+
+
+def setup(a, device):
+    """The LLM (warmed up), the workloads, and their description."""
     if a.quick:
         path, model_name = str(tiny_checkpoint("qwen3")), "tiny-qwen3"
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -186,31 +189,40 @@ def main(argv=None):
         n, sys_len, own, outl, nano = a.num_requests, a.system_len, (50, 200), (50, 200), (100, 1024)
         extra = {}
     llm = LLM(path, device=device, dtype=dtype, seed=a.seed, **extra)
-    llm.config = llm.llm_engine.config
+    llm.config = ec = llm.llm_engine.config
     vocab = llm.model.cfg.vocab_size
     works = {"shared": shared_workload(n, sys_len, *own, *outl, vocab, a.seed)}
     if not a.skip_nano:
         works["nano"] = workload(n, *nano, vocab, a.seed)
-    ec = llm.config
     print(f"engine: {ec.num_blocks} blocks x {ec.block_size}, budget {ec.max_num_batched_tokens}, "
           f"max_num_seqs {ec.max_num_seqs}; workloads: {', '.join(f'{k} ({len(v)} requests)' for k, v in works.items())}")
     t = time.perf_counter()                   # warm-up: compile every kernel shape both engines will use
     warm = [r for w in works.values() for r in w[:16]] + ([([1] * 2100, 2)] if not a.quick else [])
     run(llm, warm, True, "warm-up")           # (a nano-only kernel shape once stalled a timed run for ~1 s)
     print(f"warm-up: {time.perf_counter() - t:.1f} s")
+    described = {"shared": f"{n} requests: one {sys_len}-token system prompt + own {own[0]}..{own[1]} tokens, "
+                           f"{outl[0]}..{outl[1]} new tokens",
+                 "nano": f"{n} requests, prompt and output lengths uniform in [{nano[0]}, {nano[1]}]"}
+    return llm, works, model_name, dtype, described
+
+
+def main(argv=None):
+    a = parse(argv)
+    t_start = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not a.quick:
+        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    os.makedirs(a.out, exist_ok=True)
+    llm, works, model_name, dtype, described = setup(a, device)
+    ec = llm.config
     bw, tf = ceilings(device)
     import triton
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
     meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, model=model_name,
                 dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
                 engine=f"{ec.num_blocks} blocks x {ec.block_size} tokens, budget {ec.max_num_batched_tokens}, "
-                       f"max_num_seqs {ec.max_num_seqs}",
-                workloads={"shared": f"{n} requests: one {sys_len}-token system prompt + own {own[0]}..{own[1]} tokens, "
-                                     f"{outl[0]}..{outl[1]} new tokens",
-                           "nano": f"{n} requests, prompt and output lengths uniform in [{nano[0]}, {nano[1]}]"})
+                       f"max_num_seqs {ec.max_num_seqs}", workloads=described)
     rows, ttfts = [], {}
-    if a.repeats < 1:
-        sys.exit(f"--repeats must be >= 1, got {a.repeats}")
     for label, work in works.items():
         for rep in range(a.repeats):
             for caching in ((False, True) if rep % 2 == 0 else (True, False)):

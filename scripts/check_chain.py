@@ -17,7 +17,7 @@ import _path  # noqa: F401
 
 from harness.stages import STAGES, compare, hf_generate, select
 from l1_dense.checkpoint import resolve_model_dir
-from l1_dense.cli import base_parser, load, note, run_main
+from plumbing.cli import base_parser, load, note, run_main
 from l1_dense.generate import check_prompt
 
 

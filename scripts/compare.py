@@ -23,8 +23,8 @@ import torch
 
 from harness.stages import STAGES, hf_generate, hf_model
 from l1_dense.checkpoint import resolve_model_dir
-from l1_dense.cli import base_parser, load, note, run_main
-from l1_dense.errors import UserError
+from plumbing.cli import base_parser, load, note, run_main
+from plumbing.errors import UserError
 from l1_dense.generate import check_prompt
 
 TOL = {"float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}  # atol = rtol, on hidden states

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import _path  # noqa: F401
 
-from l1_dense.exercise import ENV, exercises_dir   # reading the variable happens later, at each hook
+from plumbing.exercise import ENV, exercises_dir   # reading the variable happens later, at each hook
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     rc = int(pytest.main(["-q", "--tb=short", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
                           *[str(ROOT / t) for t in tests], *pytest_args], plugins=[plugin]))
     ok, line = verdict(plugin.by_test, rc)
-    used = [k for k, v in getattr(sys.modules.get("l1_dense.exercise"), "USED", {}).items()
+    used = [k for k, v in getattr(sys.modules.get("plumbing.exercise"), "USED", {}).items()
             if Path(v).resolve() == path.resolve()]
     if not args.reference and plugin.by_test and not used:
         ok, line = False, f"verdict: ERROR, the tests never loaded {path.name}: is {lesson}'s hook in place?"

@@ -5,9 +5,7 @@
 """
 import _path  # noqa: F401  (repo root on sys.path when run as a file)
 
-from l1_dense.cli import Watch, base_parser, load, positive_or_none, report, run_main
-from l1_dense.dense_kv import DenseEngine, default_max_seq_len
-from l1_dense.generate import check_prompt, greedy_generate
+from plumbing.cli import Watch, base_parser, load, positive_or_none, report, run_main
 
 
 def main(argv=None):
@@ -15,9 +13,12 @@ def main(argv=None):
     p.add_argument("--max-seq-len", type=int, default=None,
                    help="rows preallocated in the dense cache (default: the model's context, at most 4096)")
     args = p.parse_args(argv)
+    positive_or_none("--max-seq-len", args.max_seq_len)      # before torch loads
+    from l1_dense.dense_kv import DenseEngine, default_max_seq_len
+    from l1_dense.generate import check_prompt, greedy_generate
     ld = load(args)
     cfg = ld.model.cfg
-    max_seq_len = positive_or_none("--max-seq-len", args.max_seq_len) or default_max_seq_len(cfg)
+    max_seq_len = args.max_seq_len or default_max_seq_len(cfg)
     check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, max_seq_len, "--max-seq-len")
     engine = DenseEngine(ld.model, max_seq_len)
     watch = Watch(engine, args.max_new_tokens, quiet=args.json)

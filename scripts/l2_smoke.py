@@ -5,16 +5,17 @@
 """
 import _path  # noqa: F401
 
-from l1_dense.cli import base_parser, load, report, run_main
-from l1_dense.generate import greedy_generate
-from l2_gather.cli import add_paging_args, paged_run
-from l2_gather.engine import GatherEngine
+from plumbing.cli import base_parser, load, report, run_main
+from paged_cli import add_paging_args, check_paging_args, paged_run
 
 
 def main(argv=None):
     p = base_parser("l2_gather", __doc__)
     add_paging_args(p)
     args = p.parse_args(argv)
+    check_paging_args(args)                  # before torch loads
+    from l1_dense.generate import greedy_generate
+    from l2_gather.engine import GatherEngine
     ld = load(args)
     _, gen, lines, extra = paged_run(
         ld, args, lambda nb, bs: GatherEngine(ld.model, nb, bs),

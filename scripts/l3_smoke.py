@@ -6,10 +6,8 @@
 """
 import _path  # noqa: F401
 
-from l1_dense.cli import base_parser, load, report, run_main
-from l1_dense.generate import greedy_generate
-from l2_gather.cli import add_paging_args, paged_run
-from l3_paged.engine import PagedEngine
+from plumbing.cli import base_parser, load, report, run_main
+from paged_cli import add_paging_args, check_paging_args, paged_run
 
 
 def main(argv=None):
@@ -19,6 +17,9 @@ def main(argv=None):
                    help="attention path: PyTorch reference or the Triton kernel (default)")
     p.add_argument("--check", action="store_true", help="validate metadata before each launch (syncs the host)")
     args = p.parse_args(argv)
+    check_paging_args(args)                  # before torch loads
+    from l1_dense.generate import greedy_generate
+    from l3_paged.engine import PagedEngine
     ld = load(args)
     _, gen, lines, extra = paged_run(
         ld, args, lambda nb, bs: PagedEngine(ld.model, nb, bs, impl=args.impl, check=args.check),

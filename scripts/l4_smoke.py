@@ -9,13 +9,10 @@ checked against stages 1-3 and the oracle. --max-new-tokens is SamplingParams.ma
 """
 import _path  # noqa: F401
 
-from l1_dense.cli import base_parser, load, note, report, run_main
-from l1_dense.errors import UserError
-from l2_gather.cli import add_paging_args, paged_run
-from l3_paged.engine import PagedEngine
-from l4_sampler.generate import sample_generate
+from plumbing.cli import base_parser, load, note, report, run_main
+from plumbing.errors import UserError
+from paged_cli import add_paging_args, check_paging_args, paged_run
 from l4_sampler.params import GREEDY_EPS, SamplingParams
-from l4_sampler.sampler import Sampler
 
 
 def add_sampling_args(p):
@@ -66,8 +63,12 @@ def main(argv=None):
     add_sampling_args(p)
     p.add_argument("--impl", choices=["torch", "triton"], default="triton")
     args = p.parse_args(argv)
-    params = sampling_params(args)           # bad values fail here, before the model loads
+    params = sampling_params(args)           # bad values fail here, before torch loads
+    check_paging_args(args)
     note_ignored(args)
+    from l3_paged.engine import PagedEngine
+    from l4_sampler.generate import sample_generate
+    from l4_sampler.sampler import Sampler
     ld = load(args)
     cfg = ld.model.cfg
     if params.stop and ld.tokenizer is None:

@@ -6,7 +6,7 @@
     python scripts/l5_smoke.py --extra-requests 0   # the usual prompt alone
     python scripts/l5_smoke.py --temperature 0.8 --top-p 0.9 --seed 7   # = l4_smoke's seeded tokens
 
-The defaults (l5_scheduler/demo.py: a 32-token budget, 14 blocks of 8 tokens) are small on purpose: the long prompt is
+The defaults (harness/l5_demo.py: a 32-token budget, 14 blocks of 8 tokens) are small on purpose: the long prompt is
 prefilled in chunks, and the pool runs out so that a request is preempted and recomputed. The
 usual prompt's tokens must still equal stage 4's. Every l4_smoke flag works here and applies to
 every request (the others keep their own max_tokens); --num-blocks is num_gpu_blocks_override.
@@ -15,14 +15,10 @@ import sys
 import time
 
 import _path  # noqa: F401
-from l1_dense.cli import base_parser, load, positive_or_none, report, run_main
-from l1_dense.errors import UserError
+from harness.l5_demo import BLOCK_SIZE, BUDGET, EXTRAS, NUM_BLOCKS, add_demo_requests, extra_prompts
 from l4_smoke import add_sampling_args, note_ignored, sampling_params
-from l5_scheduler.config import bytes_per_block, make_config
-from l5_scheduler.demo import BLOCK_SIZE, BUDGET, EXTRAS, NUM_BLOCKS, add_demo_requests, extra_prompts
-from l5_scheduler.engine import LLMEngine
-from l5_scheduler.outputs import StepStats
-from l5_scheduler.request import RequestStatus
+from plumbing.cli import base_parser, load, positive_or_none, report, run_main
+from plumbing.errors import UserError
 
 def add_engine_args(p, num_blocks: int = NUM_BLOCKS, extras: int = len(EXTRAS)):
     g = p.add_argument_group("engine (vLLM names)")
@@ -51,20 +47,27 @@ def check_engine_args(args):
         raise UserError("--trace-meta prints inside the trace: add --trace.")
 
 
-def make_engine(args, ld, engine_cls=LLMEngine, **kw):
+def make_engine(args, ld, build_engine=None, **kw):
+    """The stage's engine (``build_engine``: stage 5's unless a later stage passes its own) on the flags' limits."""
+    from l5_scheduler.config import make_config
+    if build_engine is None:
+        from l5_scheduler import build_engine
     config = make_config(ld.model.cfg, ld.device, next(ld.model.parameters()).dtype, block_size=args.block_size,
                          num_gpu_blocks_override=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
                          max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
-    return engine_cls(ld.model, ld.tokenizer, config, impl=args.impl, **kw), config
+    return build_engine(ld.model, ld.tokenizer, config, impl=args.impl, **kw), config
 
 
-def drive(engine, args) -> float:
-    """Step until every request is done (the trace, or a progress line every 10 s); returns seconds."""
+def drive(engine, args, step=None, trace_more=None) -> float:
+    """Step until every request is done (the trace, or a progress line every 10 s); returns seconds.
+    ``step``: what runs one step (default ``engine.step``); ``trace_more()``: text for the trace line's end."""
+    from l5_scheduler.request import RequestStatus
+    step = step or engine.step
     t0 = last = time.perf_counter()
     while engine.has_unfinished_requests():
-        engine.step()
+        step()
         if args.trace:
-            print("trace      : " + engine.stats[-1].line())
+            print("trace      : " + engine.stats[-1].line() + (trace_more() if trace_more else ""))
             if args.trace_meta:
                 print_meta(engine.last_meta)
         now = time.perf_counter()
@@ -78,17 +81,18 @@ def drive(engine, args) -> float:
 
 def summarize(engine, config, ld, rid, ids, params, seconds):
     """The JSON keys and printed lines every scheduler stage reports; returns (comp, extra, lines)."""
+    from l1_dense.dense_kv import default_max_seq_len
+    from l5_scheduler.config import bytes_per_block
     cfg = ld.model.cfg
     out = engine.output(rid)
     comp = out.outputs[0]
     others = {i: engine.output(i) for i in ids}             # decoded once each
-    stats: list[StepStats] = engine.stats
+    stats = engine.stats
     preemptions = sum(len(s.preempted) for s in stats)
     chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if st + n < plen})   # a chunk ended early
     n_out = sum(len(r.output_ids) for r in engine.requests.values())
     bpb = bytes_per_block(cfg, config.block_size, next(ld.model.parameters()).dtype)
     peak = max(s.blocks_used for s in stats)
-    from l1_dense.dense_kv import default_max_seq_len
     stage1 = default_max_seq_len(cfg) * bpb // config.block_size * len(engine.requests)
     extra = {"finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason, "seed": params.seed,
              "temperature": params.temperature, "kv_pool_bytes": config.num_blocks * bpb, "kv_used_bytes": peak * bpb,

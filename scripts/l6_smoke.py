@@ -5,7 +5,7 @@
     python scripts/l6_smoke.py --no-enable-prefix-caching   # the same run without the cache (= stage 5)
     python scripts/l6_smoke.py --extra-requests 0           # the usual prompt alone
 
-The default workload (l6_prefix_cache/demo.py) puts a request that *contains* the usual prompt
+The default workload (harness/l6_demo.py) puts a request that *contains* the usual prompt
 first, so the usual prompt finds its blocks cached and computes only its last block. Its tokens
 must still equal stage 5's. The run ends with the hit rate and the prefill tokens the cache
 saved. Every l5_smoke flag works here.
@@ -13,11 +13,15 @@ saved. Every l5_smoke flag works here.
 import argparse
 
 import _path  # noqa: F401
-from l1_dense.cli import base_parser, load, report, run_main
+from harness import l6_demo as demo
 from l4_smoke import add_sampling_args, note_ignored, sampling_params
 from l5_smoke import add_engine_args, check_engine_args, drive, make_engine, summarize
-from l6_prefix_cache import demo
-from l6_prefix_cache.engine import LLMEngine
+from plumbing.cli import base_parser, load, report, run_main
+
+
+def cache_trace(engine, enabled: bool):
+    """The trace line's end with the prefix cache on: how many blocks have a hash (held or free)."""
+    return (lambda: f" | cached {len(engine.scheduler.kv.pool.cached)}") if enabled else None
 
 
 def main(argv=None):
@@ -30,17 +34,18 @@ def main(argv=None):
     params = sampling_params(args)
     note_ignored(args)
     check_engine_args(args)
+    from l6_prefix_cache import build_engine
     ld = load(args)
-    engine, config = make_engine(args, ld, LLMEngine, enable_prefix_caching=args.enable_prefix_caching)
+    engine, config = make_engine(args, ld, build_engine, enable_prefix_caching=args.enable_prefix_caching)
     rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
-    seconds = drive(engine, args)
+    seconds = drive(engine, args, trace_more=cache_trace(engine, args.enable_prefix_caching))
     comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)
     prompt_tokens = sum(len(r.prompt_ids) for r in engine.requests.values())
     computed = sum(s.prefill_tokens for s in engine.stats)
     extra.update(enable_prefix_caching=args.enable_prefix_caching, prompt_tokens=prompt_tokens,
                  prefill_tokens_computed=computed)
     if args.enable_prefix_caching:
-        st = engine.scheduler.stats
+        st = engine.scheduler.kv.stats
         usual_hit = next((n for s in engine.stats for r, n in s.hits if r == rid), 0)   # its first admission
         extra.update(cache_queries=st.queries, cache_hits=st.hits, hit_rate=round(st.hit_rate, 4),
                      readmit_queries=st.readmit_queries, readmit_hits=st.readmit_hits, usual_hit_tokens=usual_hit)

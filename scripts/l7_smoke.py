@@ -4,7 +4,6 @@
     python scripts/l7_smoke.py --profile             # per-step breakdown: host, GPU wait, launches
     python scripts/l7_smoke.py --enforce-eager       # no CUDA graphs (vLLM's flag)
     python scripts/l7_smoke.py --no-fused-ops --no-split-kv   # stage 3's kernel and the torch ops
-    python scripts/l7_smoke.py --no-host-fast-path   # stage 5's scheduling, sampling and stop loops
 
 The usual prompt's tokens must equal stage 6's (and so lesson 1's). On a CPU there is no CUDA
 graph (every step runs eagerly, through the Triton interpreter, and says so), and --profile
@@ -14,30 +13,31 @@ import argparse
 import sys
 
 import _path  # noqa: F401
-from l1_dense.cli import base_parser, load, report, run_main
+from harness import l6_demo as demo
 from l4_smoke import add_sampling_args, note_ignored, sampling_params
 from l5_smoke import add_engine_args, check_engine_args, drive, make_engine, summarize
-from l6_prefix_cache import demo
-from l7_fast.engine import LLMEngine
-from l7_fast.profile import kernel_profile, summarize_timings
+from l6_smoke import cache_trace
+from plumbing.cli import base_parser, load, report, run_main
 
 
-def build(args, ld):
+def build(args, ld, profiler=None):
+    from l7_fast import build_engine
     kw = dict(enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
-              fused_ops=args.fused_ops, split_kv=args.split_kv, host_fast_path=args.host_fast_path)
-    return make_engine(args, ld, LLMEngine, **kw)
+              fused_ops=args.fused_ops, split_kv=args.split_kv, profiler=profiler)
+    return make_engine(args, ld, build_engine, **kw)
 
 
-def profile_lines(args, ld, params, engine) -> tuple[list[str], dict]:
+def profile_lines(args, ld, params, profiler) -> tuple[list[str], dict]:
     """Timing table from the run itself; on CUDA, kernels and launches from a second, profiled run."""
-    modes = summarize_timings(engine.timings)
+    from l7_fast.profile import kernel_profile, summarize_timings
+    modes = summarize_timings(profiler.timings)
     kernels = {}
     if ld.device.startswith("cuda"):
         again, _ = build(args, ld)
         demo.add_demo_requests(again, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
         while again.has_unfinished_requests():
             k = kernel_profile(again.step)
-            m = kernels.setdefault(again.runner.last_mode, dict(steps=0, kernels=0, launch_calls=0, gpu_busy_ms=0.0))
+            m = kernels.setdefault(again.runner.mode_log[-1], dict(steps=0, kernels=0, launch_calls=0, gpu_busy_ms=0.0))
             m["steps"] += 1
             for key in ("kernels", "launch_calls", "gpu_busy_ms"):
                 m[key] += k[key]
@@ -65,8 +65,6 @@ def main(argv=None):
                    help="fused Triton norm / RoPE+KV-write / SiLU kernels (default on; off: the torch ops)")
     g.add_argument("--split-kv", action=argparse.BooleanOptionalAction, default=True,
                    help="split the keys of decode steps over more programs (default on)")
-    g.add_argument("--host-fast-path", action=argparse.BooleanOptionalAction, default=True,
-                   help="steady decode steps scheduled, sampled and stop-checked in one pass each (default on)")
     g.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
     args = p.parse_args(argv)
     params = sampling_params(args)
@@ -76,28 +74,27 @@ def main(argv=None):
     if args.enforce_eager and not ld.device.startswith("cuda"):
         print("note       : --enforce-eager changes nothing on a CPU: there are no CUDA graphs, every step is eager",
               file=sys.stderr)
-    engine, config = build(args, ld)
-    engine.profile = engine.runner.profile = args.profile
+    from l7_fast import GraphRunner, Profiler
+    profiler = Profiler() if args.profile else None
+    engine, config = build(args, ld, profiler)
     rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
-    seconds = drive(engine, args)
+    seconds = drive(engine, args, step=profiler and (lambda: profiler.step(engine)),
+                    trace_more=cache_trace(engine, args.enable_prefix_caching))
     comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)
     r = engine.runner
+    graphs = r.graphs if isinstance(r, GraphRunner) else {}
     n_graph = sum(1 for m in r.mode_log if m.startswith("graph"))
     extra.update(enforce_eager=args.enforce_eager, fused_ops=args.fused_ops, split_kv=args.split_kv,
-                 graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(r.graphs),
-                 graph_bytes=r.graph_bytes, capture_s=round(r.capture_s, 3))
+                 graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(graphs),
+                 graph_bytes=graphs and r.graph_bytes, capture_s=round(graphs and r.capture_s, 3))
     lines.append(f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
-                 + (f"({len(r.graphs)} buckets {sorted(r.graphs)}, captured in {r.capture_s:.1f} s, "
-                    f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if r.graphs else
+                 + (f"({len(graphs)} buckets {sorted(graphs)}, captured in {r.capture_s:.1f} s, "
+                    f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if graphs else
                     "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)"
                     if not ld.device.startswith("cuda") or args.enforce_eager else "(--impl torch: not capturable)")
                  + f"; fused ops {'on' if args.fused_ops else 'off'}, split-KV {'on' if r.split_kv else 'off'}")
-    steady = getattr(engine.scheduler, "steady_steps", 0)
-    extra.update(host_fast_path=args.host_fast_path, steady_steps=steady)
-    lines.append(f"host path  : {steady} of {len(r.mode_log)} steps scheduled their running requests in one pass (steady decode)"
-                 if args.host_fast_path else "host path  : off (stages 5 and 6's per-request loops)")
     if args.profile:
-        more, prof = profile_lines(args, ld, params, engine)
+        more, prof = profile_lines(args, ld, params, profiler)
         lines += more
         extra["profile"] = prof
     report("l7_fast", ld, comp.token_ids, args.json, extra=extra, lines=lines)

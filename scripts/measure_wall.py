@@ -21,9 +21,10 @@ from types import SimpleNamespace
 
 import _path  # noqa: F401
 import torch
+from wall_engine import lesson6, lesson7
 
-from l1_dense.cli import run_main
-from l1_dense.errors import UserError
+from plumbing.cli import run_main
+from plumbing.errors import UserError
 
 QWEN3_8B = SimpleNamespace(num_layers=36, num_q_heads=32, num_kv_heads=8, head_dim=128, vocab=151_936)
 MIX = [(0.3, 200), (0.4, 800), (0.2, 2000), (0.1, 6000)]       # share of requests, prompt + output tokens
@@ -124,131 +125,6 @@ def lesson4(batches: list[int], reps: int) -> None:
                 for _ in range(B)]
         print(f"B = {B:>3}: {_ms(lambda: sampler(logits, rows), reps):.1f} ms per step on this machine "
               f"(median of {reps})")
-
-
-def lesson6(n: int, block_size: int) -> None:
-    """Stage 5's scheduler (no cache) and stage 6's, driven on host ints alone (no model: every
-    sampled token is 1): n requests sharing a 1,000-token system prompt, each with its own 50..200
-    tokens and 50..200 new tokens, all arriving at once; budget 8192, 16-token blocks by default.
-    Counts the prompt tokens each computes and, at the step where most blocks are held, how many of
-    those blocks hold the same content as another held block (equal hash chains)."""
-    import random
-    from l4_sampler.params import SamplingParams
-    from l5_scheduler.request import Request
-    from l5_scheduler.scheduler import Scheduler
-    from l6_prefix_cache.hashing import block_hashes
-    from l6_prefix_cache.scheduler import PrefixCachingScheduler
-    rng = random.Random(0)
-    system = [rng.randrange(151_936) for _ in range(1000)]
-    work = [(system + [rng.randrange(151_936) for _ in range(rng.randint(50, 200))], rng.randint(50, 200))
-            for _ in range(n)]
-    num_blocks = sum(-(-(len(p) + m) // block_size) for p, m in work)     # room for all: no preemption
-    print(f"{n} requests = one 1,000-token system prompt + their own 50..200 tokens, 50..200 new tokens each; "
-          f"{block_size}-token blocks, budget 8192, pool {num_blocks} blocks")
-    for name, cls in (("stage 5 (no cache)", Scheduler), ("stage 6 (prefix cache)", PrefixCachingScheduler)):
-        sched = cls(num_blocks, block_size, 8192, 256)
-        reqs = [Request(f"r{i}", p, SamplingParams(max_tokens=m), arrival=i) for i, (p, m) in enumerate(work)]
-        for r in reqs:
-            sched.add(r)
-        computed = peak = dup = steps = 0
-        while sched.has_unfinished():
-            out = sched.schedule()
-            sched.advance(out)
-            steps += 1
-            computed += sum(n for (r, n), pre in zip(out.scheduled, out.prefill) if pre)
-            held = {b for r in sched.running for b in r.blocks}
-            if len(held) > peak:                  # physical block -> the hash chain of what it holds
-                content = {b: h for r in sched.running
-                           for b, h in zip(r.blocks, block_hashes(r.tokens(0, r.num_computed_tokens), block_size))}
-                peak, dup = len(held), len(content) - len(set(content.values()))
-            for (r, n), s in zip(out.scheduled, out.sample):
-                if s:
-                    r.output_ids.append(1)
-                    if len(r.output_ids) == r.params.max_tokens:
-                        sched.finish(r, "length")
-        prompt = sum(len(p) for p, _ in work)
-        print(f"{name:<23}: {steps} steps; prompt tokens computed {computed:,} of {prompt:,} "
-              f"({100 * computed / prompt:.0f}%); peak {peak:,} blocks held, of which {dup:,} copies of another "
-              f"held block's content")
-
-
-def lesson7(n: int, reps: int) -> None:
-    """The host's share of a decode step, alone: the engines of stage 6, stage 7 without its host
-    fast path, and stage 7, each with n running requests (prompts of 100..115 tokens, greedy,
-    ignore_eos), on the tiny Qwen3 whose forward is stubbed to return zeros at once. Everything else
-    runs for real: scheduling, building and copying the inputs, sampling (an argmax over the tiny
-    vocabulary), the stop checks, the bookkeeping. Blocks of 16 steps alternate between the engines
-    (reps rounds), so the machine's drift hits all three alike. Calls per step are exact counts."""
-    import cProfile
-    import pstats
-    import random
-    from l1_dense.checkpoint import load_model
-    from l1_dense.tiny import tiny_checkpoint
-    from l4_sampler.params import SamplingParams
-    from l4_sampler.stops import StopChecker
-    from l5_scheduler.config import make_config
-    from l6_prefix_cache.engine import LLMEngine as Stage6Engine
-    from l7_fast.engine import LLMEngine as Stage7Engine
-    from l7_fast.step_inputs import StepInputs
-    model = load_model(tiny_checkpoint("qwen3"), "cpu", torch.float32)
-    V, block = model.cfg.vocab_size, 16
-    zeros = torch.zeros(n, V)
-    model.forward = lambda ids, kv, meta, ops=None: zeros[:meta.logits_indices.shape[0]]    # the stub
-    new = block * (reps + 2) + 16             # decoding through every timed and counted step: no request finishes
-    config = make_config(model.cfg, "cpu", torch.float32, num_gpu_blocks_override=n * (-(-(116 + new) // 16) + 1),
-                         max_num_seqs=n, max_model_len=116 + new)
-    rng = random.Random(0)
-    prompts = [[rng.randrange(V) for _ in range(100 + i % 16)] for i in range(n)]
-    engines = {"stage 6": Stage6Engine(model, None, config),
-               "stage 7, host fast path off": Stage7Engine(model, None, config, host_fast_path=False),
-               "stage 7": Stage7Engine(model, None, config)}
-    for e in engines.values():
-        for p in prompts:
-            e.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=new))
-        while not e.stats or e.stats[-1].prefill_tokens:        # until every request is decoding
-            e.step()
-        for _ in range(4):
-            e.step()
-    print(f"{n} running requests decoding (tiny Qwen3, vocabulary {V}, forward stubbed), {block}-token blocks, "
-          f"{reps} rounds of {block} steps per engine, interleaved; CPU: {platform_name()}")
-    ms = {k: [] for k in engines}
-    for _ in range(reps):
-        for k, e in engines.items():
-            t = time.perf_counter()
-            for _ in range(block):
-                e.step()
-            ms[k].append((time.perf_counter() - t) / block * 1e3)
-    counts = {}
-    for k, e in engines.items():                               # exact counts over one block of steps
-        c = {"reserve": 0, "update": 0, "row_of": 0}
-        reserve, update, row_of = e.scheduler.alloc.reserve, StopChecker.update, StepInputs.row_of
-
-        def counted(fn, key):
-            def f(*a, **kw):
-                c[key] += 1
-                return fn(*a, **kw)
-            return f
-        e.scheduler.alloc.reserve = counted(reserve, "reserve")
-        StopChecker.update, StepInputs.row_of = counted(update, "update"), counted(row_of, "row_of")
-        prof = cProfile.Profile()
-        prof.enable()
-        for _ in range(block):
-            e.step()
-        prof.disable()
-        StopChecker.update, StepInputs.row_of = update, row_of
-        del e.scheduler.alloc.reserve
-        c["calls"] = pstats.Stats(prof).total_calls
-        counts[k] = {key: v / block for key, v in c.items()}
-    print("| per decode step | " + " | ".join(engines) + " |")
-    print("|---|" + "---:|" * len(engines))
-    print("| host ms (median of the rounds) | " + " | ".join(f"{statistics.median(ms[k]):.2f}" for k in engines) + " |")
-    print("| host ms (fastest round) | " + " | ".join(f"{min(ms[k]):.2f}" for k in engines) + " |")
-    rows = (("allocator reserve() calls", "reserve"), ("StopChecker.update() calls", "update"),
-            ("block-table row_of() calls", "row_of"), ("Python function calls (cProfile)", "calls"))
-    for label, key in rows:
-        print(f"| {label} | " + " | ".join(f"{counts[k][key]:,.1f}" for k in engines) + " |")
-    a, b = statistics.median(ms["stage 7, host fast path off"]), statistics.median(ms["stage 7"])
-    print(f"host fast path: {a / b:.1f}x less host time per step on this machine ({a:.2f} -> {b:.2f} ms)")
 
 
 def platform_name() -> str:

@@ -1,4 +1,16 @@
-"""Test set-up: tiny checkpoints in a private cache, scripts/ importable, GPU tests skipped on CPU."""
+"""Test set-up: tiny checkpoints in a private cache, scripts/ importable, the tiers, GPU tests
+deselected on a CPU.
+
+Tiers (pyproject.toml's markers; the Makefile's targets):
+
+    make test           everything not marked ``lessons`` or ``deep``: the unit and engine tests,
+                        one all-invariants fuzz per stage at a modest example count, every planted
+                        bug on its pinned (already shrunk) workload, the chain on tiny-qwen3
+    make test-lessons   ``lessons``: break-it / build-it exercises, the lessons' quoted outputs,
+                        the chain on the other tiny checkpoints
+    make test-deep      ``deep`` and ``fuzz``: the hypothesis searches that found each planted bug,
+                        run from scratch, and every property test at the deep example count
+"""
 import os
 import sys
 from pathlib import Path
@@ -6,13 +18,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Stage 5's scheduler fuzz (tests/test_l5_fuzz.py): 150 derandomized examples per test in CI,
-# the same on every machine; `--hypothesis-profile=l5-deep` for 2000 random ones.
-settings.register_profile("l5-ci", max_examples=150, derandomize=True, deadline=None,
+# Property tests (marked ``fuzz``): 150 derandomized examples each in the default tier, the same on
+# every machine; ``--hypothesis-profile=deep`` (make test-deep) for 1000 random ones.
+settings.register_profile("ci", max_examples=150, derandomize=True, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("l5-deep", max_examples=2000, deadline=None,
+settings.register_profile("deep", max_examples=1000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("l5-ci")
+settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -25,17 +37,25 @@ def pytest_configure(config):
         import tempfile
         os.environ["TRITON_LLM_LESSONS_CACHE"] = tempfile.mkdtemp(prefix="tll-cache-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
-    import l1_dense  # noqa: F401  (sets TRITON_INTERPRET before any kernel module is imported)
+    import plumbing.runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel module is imported)
 
 
 def pytest_collection_modifyitems(config, items):
+    """Without a CUDA device the GPU tests are deselected (one line in the summary, not a skip each)."""
     import torch
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs a CUDA device (run the GPU sweep on a GPU machine)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if gpu:
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if "gpu" not in item.keywords]
+        config._gpu_deselected = len(gpu)
+
+
+def pytest_report_header(config):
+    import torch
+    if not torch.cuda.is_available():
+        return "no CUDA device: tests marked gpu are deselected (make gpu-test runs them on a GPU machine)"
 
 
 @pytest.fixture(scope="session")
@@ -45,8 +65,8 @@ def tiny():
     run through the interpreter."""
     import torch
     from l1_dense.checkpoint import load_model
-    from l1_dense.runtime import default_device
-    from l1_dense.tiny import tiny_checkpoint
+    from plumbing.runtime import default_device
+    from plumbing.tiny import tiny_checkpoint
     cache = {}
 
     def get(family="qwen3"):
@@ -57,8 +77,11 @@ def tiny():
     return get
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     """The scheduler fuzzes' figures (stage 5 and stage 6): workloads run and invariants checked."""
+    n = getattr(config, "_gpu_deselected", 0)
+    if n:
+        terminalreporter.write_line(f"{n} GPU tests deselected: no CUDA device")
     for module, title in (("l5_fake", "l5 scheduler fuzz"), ("l6_fake", "l6 prefix-cache fuzz")):
         fake = sys.modules.get(module)
         if fake is None or not fake.EXAMPLES["workloads"]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from l2_gather.allocator import OutOfBlocks
 from l4_sampler.params import SamplingParams
+from l5_scheduler.kv_manager import BlockManager
 from l5_scheduler.request import Request, RequestStatus
 from l5_scheduler.scheduler import Scheduler
 
@@ -73,9 +74,9 @@ def only(invariant: str, run_fn, *args) -> None:
             raise
 
 
-def finds(invariant: str, run_fn, strategy, *args, max_examples: int = 3000) -> bool:
-    """Does hypothesis find a workload on which ``run_fn(w, *args)`` breaks ``invariant``? (A planted
-    bug that crashes first, or breaks another invariant, does not count.)"""
+def search(invariant: str, run_fn, strategy, *args, max_examples: int = 3000):
+    """The shrunk workload on which ``run_fn(w, *args)`` breaks ``invariant``, or None if hypothesis
+    finds none. (A planted bug that crashes first, or breaks another invariant, does not count.)"""
     from hypothesis import HealthCheck, find, settings
     from hypothesis.errors import NoSuchExample
 
@@ -88,15 +89,28 @@ def finds(invariant: str, run_fn, strategy, *args, max_examples: int = 3000) -> 
             return False
         return False
     try:
-        find(strategy, broken, settings=settings(max_examples=max_examples, derandomize=True, deadline=None,
-                                                 suppress_health_check=list(HealthCheck)))
+        return find(strategy, broken, settings=settings(max_examples=max_examples, derandomize=True, deadline=None,
+                                                        database=None, suppress_health_check=list(HealthCheck)))
     except NoSuchExample:
-        return False
-    return True
+        return None
 
 
-def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000) -> dict:
-    sched = scheduler_cls(w.num_blocks, w.block_size, w.budget, w.max_num_seqs)
+def finds(invariant: str, run_fn, strategy, *args, max_examples: int = 3000) -> bool:
+    """Does hypothesis find a workload on which ``run_fn(w, *args)`` breaks ``invariant``?"""
+    return search(invariant, run_fn, strategy, *args, max_examples=max_examples) is not None
+
+
+def breaks(invariant: str, run_fn, w, *args) -> bool:
+    """Does this one workload break ``invariant`` (and not another first)?"""
+    try:
+        run_fn(w, *args)
+    except Violation as v:
+        return v.invariant == invariant
+    return False
+
+
+def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=BlockManager) -> dict:
+    sched = scheduler_cls(kv_cls(w.num_blocks, w.block_size), w.budget, w.max_num_seqs)
     bs, total = w.block_size, w.num_blocks
     pending = sorted(((step, i, p, m) for i, (p, m, step) in enumerate(w.requests)), key=lambda x: (x[0], x[1]))
     reqs, expect, kv = [], {}, {}
@@ -152,7 +166,7 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000) -> dict:
                    all(s is not None and s[0] == req.arrival and s[1] == p for p, s in enumerate(seen)),
                    f"{req.request_id} read {[s for s in seen if s is None or s[0] != req.arrival][:3]}")
             tok = next_token([s[2] for s in seen])
-            req.output_ids.append(tok)
+            req.append_output(tok)
             if tok == EOS or len(req.output_ids) == req.params.max_tokens:
                 sched.finish(req, "stop" if tok == EOS else "length")
         _blocks_invariant(sched, reqs, total)
@@ -162,7 +176,7 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000) -> dict:
         _check("outputs equal the solo run, however the request was chunked or preempted",
                req.output_ids == expect[req.request_id],
                f"{req.request_id} (preempted {req.num_preemptions}x): {req.output_ids} != {expect[req.request_id]}")
-    _check("at the end the pool is entirely free", sched.alloc.num_free == total, f"{sched.alloc.num_free}/{total}")
+    _check("at the end the pool is entirely free", sched.kv.num_free == total, f"{sched.kv.num_free}/{total}")
     EXAMPLES["workloads"] += 1
     EXAMPLES["steps"] += step
     return {"steps": step, "preemptions": sum(r.num_preemptions for r in reqs), "requests": len(reqs)}
@@ -171,6 +185,6 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000) -> dict:
 def _blocks_invariant(sched, reqs, total) -> None:
     owned = [b for r in sched.running for b in r.blocks]
     _check("no block is owned twice", len(owned) == len(set(owned)), f"{sorted(owned)}")
-    _check("free + owned = total", len(owned) + sched.alloc.num_free == total,
-           f"{len(owned)} owned + {sched.alloc.num_free} free != {total}")
+    _check("free + owned = total", len(owned) + sched.kv.num_free == total,
+           f"{len(owned)} owned + {sched.kv.num_free} free != {total}")
     _check("free + owned = total", all(not r.blocks for r in reqs if r not in sched.running))

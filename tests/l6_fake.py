@@ -25,7 +25,8 @@ from l4_sampler.params import SamplingParams
 from l5_fake import EOS, V, next_token, solo
 from l5_fake import _check as l5_check
 from l5_scheduler.request import Request, RequestStatus
-from l6_prefix_cache.scheduler import PrefixCachingScheduler
+from l5_scheduler.scheduler import Scheduler
+from l6_prefix_cache.kv_manager import KVCacheManager
 
 CHECKS: Counter = Counter()
 EXAMPLES: Counter = Counter()
@@ -51,8 +52,8 @@ def _check(name: str, ok: bool, detail: str = "") -> None:
     l5_check(name, ok, detail, CHECKS)
 
 
-def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_000) -> dict:
-    sched = scheduler_cls(w.num_blocks, w.block_size, w.budget, w.max_num_seqs)
+def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=KVCacheManager) -> dict:
+    sched = scheduler_cls(kv_cls(w.num_blocks, w.block_size), w.budget, w.max_num_seqs)
     bs, total = w.block_size, w.num_blocks
     pending = sorted(((a, i, d, s, o, m) for i, (d, s, o, m, a) in enumerate(w.requests)), key=lambda x: x[:2])
     reqs, expect, kv, prefix_of = [], {}, {}, {}
@@ -78,7 +79,8 @@ def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_0
                out.num_tokens <= w.budget and len(sched.running) <= w.max_num_seqs)
         _check("every scheduled request computes at least one token (a full hit too)",
                all(n >= 1 for _, n in out.scheduled), f"{[(r.request_id, n) for r, n in out.scheduled]}")
-        hits += sum(sched.hits.values())
+        step_hits = {r.request_id: r.num_computed_tokens for r in out.admitted}   # found cached at admission
+        hits += sum(step_hits.values())
         _pool_invariants(sched, reqs, total, kv, prefix_of)
         for req, n in out.scheduled:                           # write the new tokens' "K/V"
             start = req.num_computed_tokens
@@ -86,7 +88,7 @@ def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_0
                    len(req.kv.slot_indices) >= start + n, f"{req.request_id}")
             for j, t in enumerate(req.tokens(start, n)):
                 slot = req.kv.slot_indices[start + j]
-                b = sched.alloc.pool.blocks[slot // bs]
+                b = sched.kv.pool.blocks[slot // bs]
                 _check("new tokens are written only into private blocks", b.ref_cnt == 1 and b.block_hash is None,
                        f"{req.request_id} writes position {start + j} into {b}")
                 kv[slot] = (start + j, t)
@@ -101,9 +103,9 @@ def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_0
             want = req.tokens(0, L)
             bad = [p for p, (s, t) in enumerate(zip(seen, want)) if s != (p, t)]
             _check("attention reads the request's own tokens, at their positions", not bad,
-                   f"{req.request_id} (hit {sched.hits.get(req.request_id)}): wrong K/V at positions {bad[:5]}")
+                   f"{req.request_id} (hit {step_hits.get(req.request_id)}): wrong K/V at positions {bad[:5]}")
             tok = next_token([s[1] for s in seen])
-            req.output_ids.append(tok)
+            req.append_output(tok)
             if tok == EOS or len(req.output_ids) == req.params.max_tokens:
                 sched.finish(req, "stop" if tok == EOS else "length")
         _pool_invariants(sched, reqs, total, kv, prefix_of)
@@ -113,7 +115,7 @@ def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_0
         _check("outputs equal the solo run, with the cache and however chunked or preempted",
                req.output_ids == expect[req.request_id],
                f"{req.request_id} (preempted {req.num_preemptions}x): {req.output_ids} != {expect[req.request_id]}")
-    pool = sched.alloc.pool
+    pool = sched.kv.pool
     _check("at the end every count is 0 and every block is free or cached",
            all(b.ref_cnt == 0 for b in pool.blocks) and pool.num_free == total
            and sorted(b.block_id for b in pool.free_queue) == list(range(total)))
@@ -127,7 +129,7 @@ def run(w: Workload, scheduler_cls=PrefixCachingScheduler, max_steps: int = 20_0
 
 
 def _pool_invariants(sched, reqs, total, kv, prefix_of) -> None:
-    pool, bs = sched.alloc.pool, sched.alloc.block_size
+    pool, bs = sched.kv.pool, sched.kv.block_size
     held = Counter(b for r in sched.running for b in r.blocks)
     _check("no request holds a block twice", all(len(set(r.blocks)) == len(r.blocks) for r in sched.running))
     _check("each block's ref_cnt equals the running requests holding it",
@@ -152,7 +154,7 @@ def _pool_invariants(sched, reqs, total, kv, prefix_of) -> None:
 def _record_prefixes(sched, prefix_of) -> None:
     """The first running request seen holding a hashed block names the prefix that hash stands for;
     any later holder must have the same prefix."""
-    pool, bs = sched.alloc.pool, sched.alloc.block_size
+    pool, bs = sched.kv.pool, sched.kv.block_size
     for r in sched.running:
         for i, b in enumerate(r.blocks[:r.num_computed_tokens // bs]):
             h = pool.blocks[b].block_hash

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from l1_dense import exercise
-from l1_dense.errors import UserError
+from plumbing import exercise
+from plumbing.errors import UserError
+
+pytestmark = pytest.mark.lessons          # make test-lessons
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = sorted(p.stem for p in (ROOT / "exercises").glob("l*_*.py"))
@@ -131,7 +133,7 @@ def test_a_correct_learner_file_passes_through_the_mechanism(tmp_path):
     lesson = "l4_sampler"
     stub = (ROOT / "exercises" / f"{lesson}.py").read_text()
     (tmp_path / f"{lesson}.py").write_text(
-        "from l1_dense.exercise import HOOKS\n"
+        "from plumbing.exercise import HOOKS\n"
         "top_p_keep = HOOKS['l4_sampler.sampler.top_p_keep']\n" + stub[stub.index("TESTS = "):])
     cmd, _, after = _verdicts(lesson)
     rc, out = _run(cmd, ROOT, {exercise.DIR_ENV: str(tmp_path)})

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from l1_dense.cli import Watch
-from l1_dense.errors import UserError
+from plumbing.cli import Watch
+from plumbing.errors import UserError
 from l1_smoke import main as l1_main
 from l2_smoke import main as l2_main
 from l4_smoke import main as l4_main

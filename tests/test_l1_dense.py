@@ -12,9 +12,9 @@ import torch
 from harness.stages import hf_generate, run_stages
 from l1_dense.checkpoint import load_model
 from l1_dense.config import ModelConfig
-from l1_dense.errors import UserError
-from l1_dense.runtime import default_device
-from l1_dense.tiny import tiny_checkpoint, write_checkpoint
+from plumbing.errors import UserError
+from plumbing.runtime import default_device
+from plumbing.tiny import tiny_checkpoint, write_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
@@ -118,7 +118,7 @@ def test_triton_interpreter_runs_a_trivial_kernel_on_cpu():
     import triton
     import triton.language as tl
 
-    from l1_dense.runtime import CUDA, INTERPRET
+    from plumbing.runtime import CUDA, INTERPRET
     assert INTERPRET == (not CUDA) or os.environ.get("TRITON_INTERPRET") == "1"
 
     @triton.jit
@@ -153,7 +153,7 @@ def test_bad_input_gets_one_clear_line_and_exit_2(args, needle):
 
 
 def test_unsupported_dtype_on_device_is_a_clear_error(monkeypatch):
-    from l1_dense import cli
+    from plumbing import cli
     real_sdpa = torch.nn.functional.scaled_dot_product_attention
 
     def no_half(q, *a, **k):  # a device without float16 kernels, as some CPUs builds are

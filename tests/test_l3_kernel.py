@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import l3_paged  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 from l3_paged.attention_ref import paged_attention_ref
 from l3_paged.attention_triton import paged_attention_triton
 from l3_paged.kernel_config import KernelConfig

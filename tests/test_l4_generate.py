@@ -70,6 +70,6 @@ def test_l4_smoke_seeded_twice_prints_identical_tokens(capsys):
 @pytest.mark.parametrize("flag,value,field", [("--top-p", "0", "top_p"), ("--temperature", "-1", "temperature"),
                                               ("--top-k", "-2", "top_k"), ("--min-p", "2", "min_p")])
 def test_l4_smoke_rejects_bad_params_naming_the_field(flag, value, field):
-    from l1_dense.errors import UserError
+    from plumbing.errors import UserError
     with pytest.raises(UserError, match=f"SamplingParams.{field}"):
         l4_main([flag, value])

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 from l4_sampler import (RowState, Sampler, SamplingParams, apply_min_p, apply_penalties,
                         apply_top_k_top_p, noise_seed)
 

@@ -3,7 +3,7 @@ finish_reason / stop_reason, and stop strings are found across token boundaries 
 import pytest
 import torch
 
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 from l4_sampler import RowState, Sampler, SamplingParams, StopChecker
 
 VOCAB = ["<eos>", "a", "b", "c", "d", "He", "l", "lo", " wor", "ld", "\n", "abcd"]

@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from harness.stages import hf_generate
-from l1_dense.errors import UserError
-from l1_dense.runtime import default_device
+from plumbing.errors import UserError
+from plumbing.runtime import default_device
 from l3_paged.engine import PagedEngine
 from l4_sampler.generate import sample_generate
 from l4_sampler.params import SamplingParams
 from l5_scheduler import LLM
 from l5_scheduler.config import make_config
-from l5_scheduler.engine import LLMEngine
+from l5_scheduler import build_engine
 from l5_smoke import main as l5_main
 
 DEV = default_device()      # the tiny fixture's device: cuda on a GPU machine (kernels compiled), else cpu
@@ -32,7 +32,7 @@ WORKLOAD = [(_prompt(300, 1), 6), (USUAL, 20), (_prompt(1, 2), 9), (_prompt(130,
 def _engine(model, impl="torch", block_size=8, num_blocks=48, budget=64, seqs=None, keep_logits=False, tokenizer=None):
     cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=block_size,
                       num_gpu_blocks_override=num_blocks, max_num_batched_tokens=budget, max_num_seqs=seqs)
-    return LLMEngine(model, tokenizer, cfg, impl=impl, check=True, keep_logits=keep_logits)
+    return build_engine(model, tokenizer, cfg, impl=impl, check=True, keep_logits=keep_logits)
 
 
 def _run(engine):
@@ -117,7 +117,7 @@ def test_l5_bad_requests_fail_alone_and_the_batch_in_flight_finishes_right(tiny)
         SamplingParams(top_p=0)
     # a prompt beyond the context: an engine whose max_model_len (64) is below its pool (160)
     cfg = make_config(model.cfg, "cpu", torch.float32, block_size=8, num_gpu_blocks_override=20, max_model_len=64)
-    e2 = LLMEngine(model, None, cfg, impl="torch")
+    e2 = build_engine(model, None, cfg, impl="torch")
     r2 = e2.add_request({"prompt_token_ids": USUAL}, SamplingParams(temperature=0, max_tokens=10))
     e2.step()
     with pytest.raises(UserError, match=r"\+ max_tokens \(5\) = 65 exceeds max_model_len = 64 tokens"):
@@ -163,7 +163,7 @@ def test_l5_finished_request_frees_its_blocks_in_the_same_step(tiny):
     e.step()
     outs = e.step()                                            # a's 2nd token: it finishes now
     assert [(o.request_id, o.finished) for o in outs] == [(a, True), (b, False)]
-    assert e.requests[a].kv.freed and e.scheduler.alloc.num_free == 30 - len(e.requests[b].blocks)
+    assert e.requests[a].kv.freed and e.scheduler.kv.num_free == 30 - len(e.requests[b].blocks)
 
 
 def test_l5_generate_returns_input_order_and_step_streams_the_same_tokens(tiny):

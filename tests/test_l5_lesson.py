@@ -11,6 +11,8 @@ import torch
 
 from l5_smoke import main as l5_main
 
+pytestmark = pytest.mark.lessons          # make test-lessons
+
 LESSON = Path(__file__).resolve().parent.parent / "lessons" / "l5_scheduler.md"
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")
 

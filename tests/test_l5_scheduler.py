@@ -3,6 +3,7 @@ import pytest
 
 from l2_gather.allocator import OutOfBlocks
 from l4_sampler.params import SamplingParams
+from l5_scheduler.kv_manager import BlockManager
 from l5_scheduler.request import Request, RequestStatus
 from l5_scheduler.scheduler import Scheduler
 
@@ -17,7 +18,7 @@ def _step(sched, sampled=7):
     sched.advance(out)
     for (req, _), s in zip(out.scheduled, out.sample):
         if s:
-            req.output_ids.append(sampled)
+            req.append_output(sampled)
     return out
 
 
@@ -26,7 +27,7 @@ def _plan(out):
 
 
 def test_l5_one_budget_decodes_first_then_chunks_of_new_prompts():
-    s = Scheduler(num_blocks=64, block_size=4, max_num_batched_tokens=10, max_num_seqs=8)
+    s = Scheduler(BlockManager(64, 4), max_num_batched_tokens=10, max_num_seqs=8)
     a, b, c = _req("a", 3), _req("b", 12), _req("c", 5)
     for r in (a, b, c):
         s.add(r)
@@ -41,7 +42,7 @@ def test_l5_one_budget_decodes_first_then_chunks_of_new_prompts():
 
 
 def test_l5_several_requests_can_be_mid_prefill_at_once():
-    s = Scheduler(num_blocks=64, block_size=4, max_num_batched_tokens=8, max_num_seqs=8)
+    s = Scheduler(BlockManager(64, 4), max_num_batched_tokens=8, max_num_seqs=8)
     a, b = _req("a", 20), _req("b", 20)
     s.add(a)
     s.add(b)
@@ -54,7 +55,7 @@ def test_l5_several_requests_can_be_mid_prefill_at_once():
 
 
 def test_l5_max_num_seqs_caps_running_and_admission_is_first_come_first_served():
-    s = Scheduler(num_blocks=64, block_size=4, max_num_batched_tokens=100, max_num_seqs=2)
+    s = Scheduler(BlockManager(64, 4), max_num_batched_tokens=100, max_num_seqs=2)
     reqs = [_req(n, 2, max_tokens=1, arrival=i) for i, n in enumerate("abc")]
     for r in reqs:
         s.add(r)
@@ -67,12 +68,12 @@ def test_l5_max_num_seqs_caps_running_and_admission_is_first_come_first_served()
 
 def test_l5_preemption_takes_the_most_recent_and_sends_it_to_the_front():
     # 6 blocks of 2 tokens. a (3 tokens) and b (5 tokens) fill 2 + 3 blocks; c waits.
-    s = Scheduler(num_blocks=6, block_size=2, max_num_batched_tokens=16, max_num_seqs=4)
+    s = Scheduler(BlockManager(6, 2), max_num_batched_tokens=16, max_num_seqs=4)
     a, b, c = (_req("a", 3, 4, arrival=0), _req("b", 5, 4, arrival=1), _req("c", 2, 4, arrival=2))
     for r in (a, b, c):
         s.add(r)
     out = _step(s)
-    assert _plan(out) == [("a", 3), ("b", 5), ("c", 2)] and s.alloc.num_free == 0
+    assert _plan(out) == [("a", 3), ("b", 5), ("c", 2)] and s.kv.num_free == 0
     out = _step(s)     # a's 4th token fits its 2nd block; b's 6th too; c needs a 2nd block: none free
     assert [r.request_id for r in out.preempted] == ["c"] and _plan(out) == [("a", 1), ("b", 1)]
     assert c.status == RequestStatus.WAITING and c.num_computed_tokens == 0 and c.blocks == []
@@ -85,7 +86,7 @@ def test_l5_preemption_takes_the_most_recent_and_sends_it_to_the_front():
 
 
 def test_l5_the_youngest_request_preempts_itself_when_nothing_younger_is_left():
-    s = Scheduler(num_blocks=4, block_size=2, max_num_batched_tokens=8, max_num_seqs=2)
+    s = Scheduler(BlockManager(4, 2), max_num_batched_tokens=8, max_num_seqs=2)
     a, b = _req("a", 3, 4, arrival=0), _req("b", 4, 4, arrival=1)
     s.add(a)
     s.add(b)
@@ -95,7 +96,7 @@ def test_l5_the_youngest_request_preempts_itself_when_nothing_younger_is_left():
 
 
 def test_l5_recompute_after_preemption_feeds_prompt_plus_outputs_then_samples_once():
-    s = Scheduler(num_blocks=64, block_size=4, max_num_batched_tokens=4, max_num_seqs=2)
+    s = Scheduler(BlockManager(64, 4), max_num_batched_tokens=4, max_num_seqs=2)
     a = _req("a", 6)
     s.add(a)
     _step(s), _step(s)                                    # 4 + 2 prompt tokens, then sample
@@ -113,7 +114,7 @@ def test_l5_recompute_after_preemption_feeds_prompt_plus_outputs_then_samples_on
 
 
 def test_l5_a_request_larger_than_the_pool_is_rejected_at_add():
-    s = Scheduler(num_blocks=4, block_size=4, max_num_batched_tokens=8, max_num_seqs=2)
+    s = Scheduler(BlockManager(4, 4), max_num_batched_tokens=8, max_num_seqs=2)
     with pytest.raises(OutOfBlocks, match=r"= 17 tokens exceeds the whole KV pool of 16 tokens"):
         s.add(_req("big", 9, max_tokens=8))
     s.add(_req("ok", 8, max_tokens=8))
@@ -122,7 +123,8 @@ def test_l5_a_request_larger_than_the_pool_is_rejected_at_add():
 
 def test_l5_tokens_slices_prompt_and_output_without_concatenating():
     r = _req("a", 5)
-    r.output_ids += [10, 11, 12]
+    for t in (10, 11, 12):
+        r.append_output(t)
     whole = r.prompt_ids + r.output_ids
     for start in range(8):
         for n in range(0, 9 - start):

@@ -7,10 +7,14 @@ import pytest
 
 from l4_sampler.params import SamplingParams
 from l5_scheduler.config import make_config
+from l5_scheduler.kv_manager import BlockManager
+from l6_prefix_cache import LLM, build_engine
+from l6_prefix_cache.hashing import longest_cached_prefix
+from l6_prefix_cache.kv_manager import KVCacheManager
+from l4_sampler.sampler import Sampler
+from l5_scheduler.engine import LLMEngine
+from l5_scheduler.runner import ModelRunner
 from l5_scheduler.scheduler import Scheduler
-from l6_prefix_cache import LLM
-from l6_prefix_cache.engine import LLMEngine
-from l6_prefix_cache.scheduler import PrefixCachingScheduler
 from l6_smoke import main as l6_main
 
 SYSTEM = [(7 * j + (j * j) % 11) % 240 + 5 for j in range(70)]     # a shared "system prompt", bytes
@@ -20,13 +24,11 @@ def _own(n, salt):
     return [(salt * 41 + 13 * j) % 240 + 5 for j in range(n)]
 
 
-def _engine(model, caching=True, block_size=8, num_blocks=64, budget=64, seqs=None, impl="torch", scheduler_cls=None):
+def _engine(model, caching=True, block_size=8, num_blocks=64, budget=64, seqs=None, impl="torch", kv_cls=None):
     cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=block_size,
                       num_gpu_blocks_override=num_blocks, max_num_batched_tokens=budget, max_num_seqs=seqs)
-    e = LLMEngine(model, None, cfg, enable_prefix_caching=caching, impl=impl, check=True)
-    if scheduler_cls is not None:
-        e.scheduler = scheduler_cls(cfg.num_blocks, cfg.block_size, cfg.max_num_batched_tokens, cfg.max_num_seqs)
-    return e
+    kv = kv_cls(cfg.num_blocks, cfg.block_size) if kv_cls is not None else None
+    return build_engine(model, None, cfg, enable_prefix_caching=caching, kv=kv, impl=impl, check=True)
 
 
 def _serve(e, batch, arrivals=None):
@@ -53,7 +55,7 @@ def _hits(e) -> dict:
 
 def _same_with_and_without(model, batch, arrivals=None, **kw):
     on, off = _engine(model, True, **kw), _engine(model, False, **kw)
-    assert isinstance(off.scheduler, Scheduler) and not isinstance(off.scheduler, PrefixCachingScheduler)
+    assert type(off.scheduler.kv) is BlockManager and type(on.scheduler.kv) is KVCacheManager
     got, want = _serve(on, batch, arrivals), _serve(off, batch, arrivals)
     assert got == want
     return on
@@ -106,7 +108,7 @@ def test_l6_preemption_then_prefix_hit(tiny):
     assert pre, "nothing was preempted"
     readmit = _hits(e)[pre[0]]
     assert len(readmit) >= 2 and readmit[1] > 0, f"the readmission found nothing cached: {readmit}"
-    assert e.scheduler.stats.readmit_hits > 0
+    assert e.scheduler.kv.stats.readmit_hits > 0
 
 
 def test_l6_chunked_prefill_hitting_mid_prompt(tiny):
@@ -119,23 +121,31 @@ def test_l6_chunked_prefill_hitting_mid_prompt(tiny):
     assert starts[0] == 24 and len(starts) >= 3 and any(st % 8 for st in starts), starts
 
 
-class LookupAtAdd(PrefixCachingScheduler):
+class LookupAtAdd(Scheduler):
     """A plausible bug: look the prefix up once, when the request arrives, and use that at admission."""
     def add(self, req):
         super().add(req)
-        bs = self.alloc.block_size
-        from l6_prefix_cache.hashing import longest_cached_prefix
-        req._found = longest_cached_prefix(self.block_hashes(req, (req.num_tokens - 1) // bs), self.alloc.pool.cached,
+        bs = self.kv.block_size
+        req._found = longest_cached_prefix(self.kv.block_hashes(req, (req.num_tokens - 1) // bs), self.kv.pool.cached,
                                            req.num_tokens, bs)
 
-    def _admit_blocks(self, req, budget):
-        import l6_prefix_cache.scheduler as s
-        real = s.longest_cached_prefix
-        s.longest_cached_prefix = lambda *a: req._found
+
+class AdmitWhatWasFound(KVCacheManager):
+    def admit(self, req, budget):
+        import l6_prefix_cache.kv_manager as m
+        real, m.longest_cached_prefix = m.longest_cached_prefix, lambda *a: req._found
         try:
-            return super()._admit_blocks(req, budget)
+            return super().admit(req, budget)
         finally:
-            s.longest_cached_prefix = real
+            m.longest_cached_prefix = real
+
+
+def _lookup_at_add_engine(model, num_blocks, budget, seqs):
+    """The parts by hand: the engine loop given the buggy scheduler and its KV manager."""
+    cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=8,
+                      num_gpu_blocks_override=num_blocks, max_num_batched_tokens=budget, max_num_seqs=seqs)
+    sched = LookupAtAdd(AdmitWhatWasFound(cfg.num_blocks, cfg.block_size), budget, cfg.max_num_seqs)
+    return LLMEngine(model, None, cfg, scheduler=sched, runner=ModelRunner(model, cfg, impl="torch"), sampler=Sampler())
 
 
 def test_l6_eviction_of_a_block_another_waiting_request_found(tiny):
@@ -148,8 +158,8 @@ def test_l6_eviction_of_a_block_another_waiting_request_found(tiny):
     kw = dict(num_blocks=12, budget=64, seqs=1)
     arrivals = [0, 6, 7]
     e = _same_with_and_without(model, batch, arrivals, **kw)
-    assert e.scheduler.alloc.pool.evictions > 0
-    bad = _engine(model, scheduler_cls=LookupAtAdd, **kw)
+    assert e.scheduler.kv.pool.evictions > 0
+    bad = _lookup_at_add_engine(model, **kw)
     assert _serve(bad, batch, arrivals) != _serve(_engine(model, False, **kw), batch, arrivals), \
         "the scenario never evicted what B's early lookup found: the test would not catch the bug"
 
@@ -175,8 +185,8 @@ def test_l6_llm_api_and_caching_off_is_stage5(tiny):
     five = LLM5(None, **kw)
     got = [[o.outputs[0].token_ids for o in m.generate(prompts, params, use_tqdm=False)] for m in (on, off, five)]
     assert got[0] == got[1] == got[2]
-    assert type(off.llm_engine.scheduler) is Scheduler
-    assert on.llm_engine.scheduler.stats.hits > 0
+    assert type(off.llm_engine.scheduler.kv) is BlockManager
+    assert on.llm_engine.scheduler.kv.stats.hits > 0
 
 
 def test_l6_smoke_usual_prompt_hits_and_matches_stage5(capsys):
@@ -207,4 +217,4 @@ def test_l6_stop_strings_and_stop_ids_finish_the_same_with_the_cache(tiny):
             for o in m.generate(prompts, params, use_tqdm=False)] for m in (on, off)]
     assert got[0] == got[1]
     assert [g[2] for g in got[0]] == ["stop", "stop", "length"] and got[0][0][3] == stop
-    assert on.llm_engine.scheduler.stats.hits > 0
+    assert on.llm_engine.scheduler.kv.stats.hits > 0

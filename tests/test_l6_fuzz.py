@@ -14,17 +14,20 @@ small pools they are also chunked, preempted and evicted. After every step the d
     at the end every count is 0 and every block is free or cached
     outputs equal the solo run, with the cache and however chunked or preempted
 
-Examples: 150 per test in CI (the l5-ci profile, derandomized); ``--hypothesis-profile=l5-deep``
-for 2000 random ones. The session summary prints the figures.
+Tiers, as in tests/test_l5_fuzz.py: ``make test`` runs the all-invariants test (150 derandomized
+examples) and every planted bug on its pinned, already-shrunk workload; ``make test-deep`` the
+per-invariant tests and the searches from scratch, at the deep example count. The session
+summary prints the figures.
 """
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from l5_fake import finds, only
+from l5_fake import breaks, finds, only
 from l6_fake import Workload, run
+from l2_gather.allocator import add_blocks
+from l5_scheduler.scheduler import Scheduler
 from l6_prefix_cache import hashing, kv_manager
-from l6_prefix_cache.scheduler import PrefixCachingScheduler
 
 
 @st.composite
@@ -42,36 +45,49 @@ def _only(invariant, w):
     only(invariant, run, w)
 
 
+@pytest.mark.deep
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_ref_cnt_equals_the_running_requests_holding_each_block(w):
     _only("each block's ref_cnt equals the running requests holding it", w)
 
 
+@pytest.mark.deep
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_no_block_is_free_and_held_at_once(w):
     _only("no block is free and held at once; free + held = total", w)
 
 
+@pytest.mark.deep
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_the_hash_map_points_only_at_blocks_holding_that_content(w):
     _only("the hash map points only at blocks whose content has that hash", w)
 
 
+@pytest.mark.deep
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_new_tokens_are_written_only_into_private_blocks(w):
     _only("new tokens are written only into private blocks", w)
 
 
+@pytest.mark.deep
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_at_the_end_every_block_is_free_or_cached(w):
     _only("at the end every count is 0 and every block is free or cached", w)
 
 
+@pytest.mark.deep
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_every_scheduled_request_computes_at_least_one_token(w):
     _only("every scheduled request computes at least one token (a full hit too)", w)
 
 
+@pytest.mark.fuzz
 @given(workloads())
 def test_l6_fuzz_outputs_equal_solo_with_the_cache_however_chunked_or_preempted(w):
     run(w)   # every invariant at once
@@ -85,26 +101,24 @@ def test_l6_fuzz_workloads_really_share_chunk_preempt_and_evict():
 
 
 # ---- every invariant can fail: planted cache bugs, each found by the same driver ---------------
-def _with_manager(manager_cls):
-    return type(manager_cls.__name__, (PrefixCachingScheduler,), {"allocator_cls": manager_cls})
-
-
+# Every decision of the cache lives in the KV manager, so each bug is a manager with one thing wrong.
 class NoTouchOnHit(kv_manager.KVCacheManager):          # a hit takes the blocks without a reference
-    def admit(self, handle, hit, n):
+    def allocate(self, handle, hit, n):
         self.pool.touch, real = (lambda blocks: None), self.pool.touch
         try:
-            super().admit(handle, hit, n)
+            super().allocate(handle, hit, n)
         finally:
             self.pool.touch = real
 
 
 class AllocateBeforeTouch(kv_manager.KVCacheManager):   # fresh blocks first: may evict the hit itself
-    def admit(self, handle, hit, n):
+    def allocate(self, handle, hit, n):
         fresh = self.pool.allocate(max(0, self.blocks_for(n) - len(hit)))
         self.pool.touch(hit)
         handle.cur_len = len(hit) * self.block_size
-        self._extend(handle, n, hit + fresh)
+        add_blocks(handle, [b.block_id for b in hit + fresh], self.block_size)
         self._num_cached[handle] = len(hit)
+        self.new_blocks.append(handle)
 
 
 class EvictWithoutUnmap(kv_manager.KVCacheManager):     # an evicted block stays in the hash map
@@ -120,15 +134,15 @@ class EvictWithoutUnmap(kv_manager.KVCacheManager):     # an evicted block stays
         pool.allocate = allocate
 
 
-class CachePartialBlocks(PrefixCachingScheduler):     # hashes a block whose K/V are not all written yet
-    def advance(self, out):                            # (its tokens are known: the rest of the prompt)
-        super().advance(out)
-        bs = self.alloc.block_size
-        for req, _ in out.scheduled:
+class CachePartialBlocks(kv_manager.KVCacheManager):   # hashes a block whose K/V are not all written yet
+    def advance(self, scheduled):                       # (its tokens are known: the rest of the prompt)
+        super().advance(scheduled)
+        bs = self.block_size
+        for req, _ in scheduled:
             n = min(-(-req.num_computed_tokens // bs), len(req.prompt_ids) // bs)   # ceil: the partial one too
             for i, h in enumerate(self.block_hashes(req, n)[:n]):
-                if self.alloc.pool.blocks[req.blocks[i]].block_hash is None:
-                    self.alloc.pool.cache(self.alloc.pool.blocks[req.blocks[i]], h)
+                if self.pool.blocks[req.blocks[i]].block_hash is None:
+                    self.pool.cache(self.pool.blocks[req.blocks[i]], h)
 
 
 class FreeKeepsShared(kv_manager.KVCacheManager):       # a block another request shares is not released
@@ -139,41 +153,71 @@ class FreeKeepsShared(kv_manager.KVCacheManager):       # a block another reques
         super().free(handle)
 
 
-class NoHitCap(PrefixCachingScheduler):                # a full hit computes zero tokens (nano-vllm #144)
-    def _admit_blocks(self, req, budget):
+class NoHitCap(kv_manager.KVCacheManager):             # a full hit computes zero tokens (nano-vllm #144)
+    def admit(self, req, budget):
         real = hashing.longest_cached_prefix
-        import l6_prefix_cache.scheduler as s
-        s.longest_cached_prefix = lambda hs, cached, n, bs: real(self.block_hashes(req, n // bs), cached, n + 1, bs)
+        kv_manager.longest_cached_prefix = lambda hs, cached, n, bs: real(self.block_hashes(req, n // bs), cached,
+                                                                           n + 1, bs)
         try:
-            return super()._admit_blocks(req, budget)
+            return super().admit(req, budget)
         finally:
-            s.longest_cached_prefix = real
+            kv_manager.longest_cached_prefix = real
 
 
-class RecomputeLastTokenInPlace(PrefixCachingScheduler):   # the naive fix for a full hit: step back
-    def _admit_blocks(self, req, budget):                    # one token, into the shared block
-        bs = self.alloc.block_size
+class RecomputeLastTokenInPlace(kv_manager.KVCacheManager):   # the naive fix for a full hit: step back
+    def admit(self, req, budget):                               # one token, into the shared block
+        bs = self.block_size
         hashes = self.block_hashes(req, req.num_tokens // bs)
-        hit = hashing.longest_cached_prefix(hashes, self.alloc.pool.cached, req.num_tokens + 1, bs)
+        hit = hashing.longest_cached_prefix(hashes, self.pool.cached, req.num_tokens + 1, bs)
         computed = min(len(hit) * bs, req.num_tokens - 1)
         n = min(req.num_tokens - computed, budget)
         try:
-            self.alloc.admit(req.kv, hit, computed + n)
+            self.allocate(req.kv, hit, computed + n)
         except kv_manager.OutOfBlocks:
             return None
         req.kv.cur_len = computed
-        self.hits[req.request_id] = computed
         return n
 
 
-@pytest.mark.parametrize("bug,invariant", [
-    (_with_manager(NoTouchOnHit), "each block's ref_cnt equals the running requests holding it"),
-    (_with_manager(AllocateBeforeTouch), "no request holds a block twice"),
-    (_with_manager(EvictWithoutUnmap), "the hash map points only at blocks whose content has that hash"),
+BUGS = [
+    (NoTouchOnHit, "each block's ref_cnt equals the running requests holding it"),
+    (AllocateBeforeTouch, "no request holds a block twice"),
+    (EvictWithoutUnmap, "the hash map points only at blocks whose content has that hash"),
     (CachePartialBlocks, "the hash map points only at blocks whose content has that hash"),
     (RecomputeLastTokenInPlace, "new tokens are written only into private blocks"),
-    (_with_manager(FreeKeepsShared), "each block's ref_cnt equals the running requests holding it"),
+    (FreeKeepsShared, "each block's ref_cnt equals the running requests holding it"),
     (NoHitCap, "every scheduled request computes at least one token (a full hit too)"),
-], ids=lambda x: x.__name__ if isinstance(x, type) else "")
-def test_l6_fuzz_finds_a_planted_cache_bug(bug, invariant):
-    assert finds(invariant, run, workloads(max_requests=6), bug, 2000)
+]
+
+
+# The workload each search below found (make test-deep), already shrunk: the pinned tests re-run it.
+W = Workload
+PINNED = {
+    "NoTouchOnHit": W(block_size=1, num_blocks=3, budget=1, max_num_seqs=1,
+                      requests=[(0, 0, 0, 1, 0), (0, 0, 0, 1, 0), (0, 1, 1, 1, 0)]),
+    "AllocateBeforeTouch": W(block_size=8, num_blocks=4, budget=3, max_num_seqs=2,
+                             requests=[(0, 0, 14, 6, 0), (0, 0, 7, 3, 0)]),
+    "EvictWithoutUnmap": W(block_size=3, num_blocks=5, budget=1, max_num_seqs=1,
+                           requests=[(0, 0, 0, 12, 0), (0, 0, 0, 4, 0)]),
+    "CachePartialBlocks": W(block_size=2, num_blocks=2, budget=1, max_num_seqs=1, requests=[(0, 0, 2, 1, 0)]),
+    "RecomputeLastTokenInPlace": W(block_size=1, num_blocks=2, budget=1, max_num_seqs=1,
+                                   requests=[(0, 0, 0, 1, 0), (0, 0, 0, 1, 0)]),
+    "FreeKeepsShared": W(block_size=1, num_blocks=3, budget=2, max_num_seqs=2,
+                         requests=[(0, 0, 0, 1, 0), (0, 0, 0, 1, 0), (0, 1, 1, 1, 0), (0, 1, 1, 1, 0)]),
+    "NoHitCap": W(block_size=1, num_blocks=2, budget=1, max_num_seqs=1, requests=[(0, 0, 0, 1, 0), (0, 0, 0, 1, 0)]),
+}
+IDS = lambda x: x.__name__ if isinstance(x, type) else ""   # noqa: E731
+
+
+@pytest.mark.parametrize("bug,invariant", BUGS, ids=IDS)
+def test_l6_pinned_workload_catches_a_planted_cache_bug(bug, invariant):
+    """The real KV manager passes the pinned workload; the planted bug breaks exactly its invariant."""
+    w = PINNED[bug.__name__]
+    run(w)
+    assert breaks(invariant, lambda w: run(w, Scheduler, 2000, bug), w)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("bug,invariant", BUGS, ids=IDS)
+def test_l6_fuzz_search_finds_a_planted_cache_bug(bug, invariant):
+    assert finds(invariant, lambda w: run(w, Scheduler, 2000, bug), workloads(max_requests=6))

@@ -13,6 +13,8 @@ import torch
 from l6_smoke import main as l6_main
 from measure_wall import main as wall_main
 
+pytestmark = pytest.mark.lessons          # make test-lessons
+
 LESSON = Path(__file__).resolve().parent.parent / "lessons" / "l6_prefix_cache.md"
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")
 

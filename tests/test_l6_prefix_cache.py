@@ -55,7 +55,7 @@ def test_l6_eviction_order_is_lru_and_a_requests_chain_tail_first():
     assert [x.block_id for x in m.pool.free_queue] == [5, 6, 7, 4, 3, 2, 1, 0]
     c = Handle("c")
     hit = [m.pool.blocks[0], m.pool.blocks[1]]
-    m.admit(c, hit, 9)                                             # takes 0 and 1, one fresh block (5)
+    m.allocate(c, hit, 9)                                          # takes 0 and 1, one fresh block (5)
     assert c.blocks == [0, 1, 5] and c.cur_len == 8
     assert [x.block_id for x in m.pool.free_queue] == [6, 7, 4, 3, 2]
     m.free(c)
@@ -75,7 +75,7 @@ def test_l6_pool_keeps_hashes_of_free_blocks_until_eviction():
     assert again is b1 and b1.block_hash is None and b"h1" not in pool.cached and pool.evictions == 1
 
 
-def test_l6_admit_is_all_or_nothing():
+def test_l6_allocate_is_all_or_nothing():
     m = KVCacheManager(4, 4)
     a = Handle("a")
     m.reserve(a, 8)
@@ -85,6 +85,6 @@ def test_l6_admit_is_all_or_nothing():
     m.free(a)                                                      # blocks 0, 1 free and cached
     big = Handle("big")
     with pytest.raises(OutOfBlocks):                               # 2 cached + 3 fresh > 4
-        m.admit(big, [m.pool.blocks[0], m.pool.blocks[1]], 20)
+        m.allocate(big, [m.pool.blocks[0], m.pool.blocks[1]], 20)
     assert big.blocks == [] and all(b.ref_cnt == 0 for b in m.pool.blocks) and m.num_free == 4
     assert len(m.pool.cached) == 2, "a failed admission evicted nothing"

@@ -11,9 +11,9 @@ import torch
 
 from l4_sampler.params import SamplingParams
 from l5_scheduler.config import make_config
-from l6_prefix_cache.engine import LLMEngine as Stage6Engine
-from l7_fast import FusedOps, graph_buckets
-from l7_fast.engine import LLMEngine
+from l6_prefix_cache import build_engine as build_stage6
+from l7_fast import FusedOps, GraphRunner, build_engine, graph_buckets
+from l7_fast.runner import is_uniform_decode
 from l7_fast.step_inputs import StepInputs
 
 SYSTEM = [(7 * j + (j * j) % 11) % 240 + 5 for j in range(40)]
@@ -52,18 +52,21 @@ def test_graph_buckets():
 def test_l7_tokens_equal_stage6_through_preemption_hits_and_chunks(tiny, fused):
     model, _ = tiny("qwen3")
     cfg = _config(model)
-    want_e = Stage6Engine(model, None, cfg, impl="triton", check=True)
+    want_e = build_stage6(model, None, cfg, impl="triton", check=True)
     want = _serve(want_e, WORK)
-    e = LLMEngine(model, None, cfg, impl="triton", check=True, fused_ops=fused)
+    e = build_engine(model, None, cfg, impl="triton", check=True, fused_ops=fused)
     got = _serve(e, WORK)
     assert got == want
     assert isinstance(e.runner.ops, FusedOps) == fused
     assert sum(len(s.preempted) for s in e.stats) > 0, "the workload must preempt"
     assert any(n > 0 for s in e.stats for _, n in s.hits), "the workload must hit the prefix cache"
     assert any(s.prefill_tokens and s.decode_tokens for s in e.stats), "a step must mix decodes and chunks"
-    if e.runner.use_graphs:
+    if isinstance(e.runner, GraphRunner):
         assert any(m.startswith("graph") for m in e.runner.mode_log)
-    assert e.runner.buf.rows == {}, "every finished or preempted request gave its table row back"
+    # Rows go back when the scheduler's output says so: only the requests that finished in the last
+    # step (their news would reach the runner with the next step) still hold one.
+    held = set(e.runner.buf.rows)
+    assert held == set(e.scheduler.finished_ids) and held, "every finished or preempted request gave its row back"
 
 
 def test_l7_incremental_block_table_check_catches_a_lost_change(tiny, monkeypatch):
@@ -79,14 +82,14 @@ def test_l7_incremental_block_table_check_catches_a_lost_change(tiny, monkeypatc
         return row_of(self, rid, kv, upd_index, upd_block)
 
     monkeypatch.setattr(StepInputs, "row_of", lossy)
-    e = LLMEngine(model, None, _config(model), impl="torch", check=True, fused_ops=False)
+    e = build_engine(model, None, _config(model), impl="torch", check=True, fused_ops=False)
     with pytest.raises(RuntimeError, match="incremental update lost a change"):
         _serve(e, WORK)
 
 
 def test_l7_padding_rows_touch_only_the_pad_block(tiny):
     model, _ = tiny("qwen3")
-    e = LLMEngine(model, None, _config(model, num_blocks=32, seqs=8), impl="torch", fused_ops=False, enforce_eager=True)
+    e = build_engine(model, None, _config(model, num_blocks=32, seqs=8), impl="torch", fused_ops=False, enforce_eager=True)
     for i in range(3):
         e.add_request({"prompt_token_ids": _own(6, i)}, SamplingParams(temperature=0, max_tokens=4))
     e.step()                                           # the three prefills
@@ -107,7 +110,7 @@ def test_l7_padding_rows_touch_only_the_pad_block(tiny):
         assert pad in blocks and blocks <= real | {pad}
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("batch", [8, 16])
 def test_l7_graph_replay_equals_eager_at_the_same_batch(tiny, dtype, batch):
@@ -116,8 +119,8 @@ def test_l7_graph_replay_equals_eager_at_the_same_batch(tiny, dtype, batch):
     model = load_model(path, "cuda", dtype)
     cfg = _config(model, num_blocks=512, budget=512, seqs=batch)
     work = [(_own(20 + i, i), SamplingParams(temperature=0, ignore_eos=True, max_tokens=24)) for i in range(batch)]
-    eager = LLMEngine(model, None, cfg, enforce_eager=True)
-    graph = LLMEngine(model, None, cfg)
+    eager = build_engine(model, None, cfg, enforce_eager=True)
+    graph = build_engine(model, None, cfg)
     want, got = _serve(eager, work), _serve(graph, work)
     assert sum(m == f"graph {batch}" for m in graph.runner.mode_log) >= 20
     assert got == want
@@ -134,7 +137,7 @@ def test_l7_a_one_token_chunk_that_does_not_sample_never_replays_a_graph(tiny):
     """A graph was captured for rows that all sample; such a step has another layout (fewer logits
     rows) and must run eagerly. Checked on the decision itself, so it runs on a CPU too."""
     model, _ = tiny("qwen3")
-    e = LLMEngine(model, None, _config(model, num_blocks=32, budget=4, seqs=4), impl="torch", fused_ops=False)
+    e = build_engine(model, None, _config(model, num_blocks=32, budget=4, seqs=4), impl="torch", fused_ops=False)
     work = _one_token_chunk_work()
     for i, (p, sp) in enumerate(work[:3]):
         e.add_request({"prompt_token_ids": p}, sp, request_id=f"q{i}")
@@ -143,13 +146,12 @@ def test_l7_a_one_token_chunk_that_does_not_sample_never_replays_a_graph(tiny):
     e.add_request({"prompt_token_ids": work[3][0]}, work[3][1], request_id="q3")
     out = e.scheduler.schedule()
     assert [n for _, n in out.scheduled] == [1, 1, 1, 1] and out.sample == [True, True, True, False]
-    e.runner.use_graphs = True                         # as on a GPU: would this step replay?
-    assert e.runner.replay_bucket(out, 4, True) is None
+    assert not is_uniform_decode(out)                  # GraphRunner.replay_bucket: eager, whatever the bucket
     out.sample[3] = True
-    assert e.runner.replay_bucket(out, 4, True) == 4
+    assert is_uniform_decode(out) and e.runner.bucket(4) == 4
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.gpu
 def test_l7_graph_engine_equals_eager_through_a_one_token_chunk(tiny):
     from l1_dense.checkpoint import load_model
     _, path = tiny("qwen3")
@@ -157,7 +159,7 @@ def test_l7_graph_engine_equals_eager_through_a_one_token_chunk(tiny):
     cfg = _config(model, num_blocks=64, budget=4, seqs=4)
     got, want = [], []
     for eager, into in ((False, got), (True, want)):
-        e = LLMEngine(model, None, cfg, enforce_eager=eager)
+        e = build_engine(model, None, cfg, enforce_eager=eager)
         work = _one_token_chunk_work()
         for i, (p, sp) in enumerate(work[:3]):
             e.add_request({"prompt_token_ids": p}, sp, request_id=f"q{i}")

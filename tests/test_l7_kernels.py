@@ -13,7 +13,7 @@ import torch
 
 import l7_fast  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
 from l1_dense.config import PRESETS, ModelConfig
-from l1_dense.errors import UserError
+from plumbing.errors import UserError
 from l1_dense.model import RMSNorm
 from l3_paged.attention_ref import paged_attention_ref
 from l3_paged.attention_triton import paged_attention_triton
@@ -21,7 +21,7 @@ from l3_paged.kernel_config import KernelConfig
 from l3_paged.paged_batch import make_paged_batch
 from l7_fast import attention_split
 from l7_fast.attention_split import paged_attention_split, pick_num_splits
-from l7_fast.bench import fraction_equal
+from kernel_bench import fraction_equal
 from l7_fast.fused_act import silu_mul, silu_mul_ref
 from l7_fast.fused_norm import add_rms_norm, add_rms_norm_ref, rms_norm
 from l7_fast.fused_rope import qk_norm_rope_write, qk_norm_rope_write_ref, rope_case

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.lessons          # make test-lessons
+
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = (ROOT / "lessons" / "l7_fast.md").read_text()
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")

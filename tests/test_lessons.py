@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.lessons          # make test-lessons
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "lessons").glob("*.md")) + [ROOT / "README.md"]
 COMMAND = re.compile(r"python scripts/(\w+)\.py([^\n`#|]*)")

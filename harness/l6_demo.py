@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from l5_scheduler.demo import BLOCK_SIZE, BUDGET  # noqa: F401  (stage 5's block size and budget)
+from .l5_demo import BLOCK_SIZE, BUDGET  # noqa: F401  (stage 5's block size and budget)
 
 NUM_BLOCKS = 16   # two more than stage 5's demo: one preemption, and its readmission finds its blocks
 

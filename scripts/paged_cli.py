@@ -1,10 +1,7 @@
-"""Smoke-script pieces shared by the paged stages (2 and later): pool flags, the run, the memory report."""
-from l1_dense.cli import Watch, positive_or_none
-from l1_dense.dense_kv import default_max_seq_len
-from l1_dense.errors import UserError
-from l1_dense.generate import check_prompt
-
-from .allocator import OutOfBlocks
+"""Smoke-script pieces shared by the single-sequence paged stages (2-4): pool flags, the run, the
+memory report. The stage modules load inside the functions, after the flags are checked."""
+from plumbing.cli import Watch, positive_or_none
+from plumbing.errors import UserError
 
 
 def add_paging_args(p):
@@ -13,16 +10,24 @@ def add_paging_args(p):
                    help="blocks in the pool (default: enough for the model's context, at most 4096 tokens)")
 
 
-def pool_shape(args, cfg):
+def check_paging_args(args) -> None:
+    """Before anything loads: the pool flags must be positive."""
     if args.block_size < 1:
         raise UserError(f"--block-size must be a positive integer, got {args.block_size}.")
-    num_blocks = positive_or_none("--num-blocks", args.num_blocks)
+    positive_or_none("--num-blocks", args.num_blocks)
+
+
+def pool_shape(args, cfg):
+    from l1_dense.dense_kv import default_max_seq_len
+    check_paging_args(args)
+    num_blocks = args.num_blocks
     if num_blocks is None:
         num_blocks = -(-default_max_seq_len(cfg) // args.block_size)           # stage 1's capacity
     return num_blocks, args.block_size
 
 
 def memory_lines(engine, n_tokens: int, cfg) -> tuple[list[str], dict]:
+    from l1_dense.dense_kv import default_max_seq_len
     alloc, pool = engine.alloc, engine.pool
     mib = 2**20
     stage1 = default_max_seq_len(cfg) * pool.bytes_per_block // alloc.block_size  # what l1_smoke reserves
@@ -41,6 +46,8 @@ def paged_run(ld, args, make_engine, run):
     ``make_engine(num_blocks, block_size)`` builds the stage's engine, ``run(engine)`` generates.
     A pool that runs dry becomes a UserError that names the flag to raise.
     """
+    from l1_dense.generate import check_prompt
+    from l2_gather.allocator import OutOfBlocks
     cfg = ld.model.cfg
     num_blocks, block_size = pool_shape(args, cfg)
     check_prompt(ld.prompt_ids, args.max_new_tokens, cfg, num_blocks * block_size, "--num-blocks")

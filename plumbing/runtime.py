@@ -3,8 +3,7 @@
 Triton decides at *decoration* time (`@triton.jit`) whether a kernel is compiled for a GPU or
 run by its Python interpreter, by reading the environment variable ``TRITON_INTERPRET``. So the
 variable has to be set before any module that defines a kernel is imported. Every stage package
-imports ``l1_dense`` first, and ``l1_dense/__init__.py`` imports this module first, which makes
-the rule hold for the whole project:
+imports this module first, which makes the rule hold for the whole project:
 
     no CUDA device  ->  TRITON_INTERPRET=1 (unless the user already set it)
 

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from l1_dense.runtime import INTERPRET
+from plumbing.runtime import INTERPRET
 from scripts.bench_attention import copy_bandwidth, timer
 
 #: (dtype, atol = rtol) for the mains' checks. No bfloat16 under the interpreter: triton 3.9's

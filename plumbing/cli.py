@@ -5,6 +5,9 @@ Flags: ``--model`` (path or hub id; default: the built-in tiny Qwen3), ``--promp
 ``--dtype`` (bfloat16 on cuda, float32 on cpu), ``--json``. A stage adds its own flags and
 builds its own engine; this module loads the model, checks the input, runs and prints.
 
+Nothing here imports torch at module level: a script parses and checks its flags first, so a
+bad flag fails in milliseconds, before torch and triton load.
+
 ``--json`` prints one object with the keys ``stage, model, device, dtype, prompt_ids,
 token_ids, text`` (plus stage extras such as ``finish_reason``, ``elapsed_s``, ``tokens_per_s``).
 Notes about flags that are ignored or change what is compared go to stderr as ``note: ...``;
@@ -18,14 +21,10 @@ import sys
 import time
 from dataclasses import dataclass
 
-import torch
-
-from .checkpoint import load_model, load_tokenizer, resolve_model_dir
 from .errors import UserError
-from .runtime import default_device, default_dtype
 
 DEFAULT_PROMPT = "The capital of France is"
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPE_NAMES = ("bfloat16", "float16", "float32")
 NO_TEXT = "(text unavailable: this checkpoint has no tokenizer)"
 
 
@@ -45,6 +44,18 @@ class Parser(argparse.ArgumentParser):
                 out.append(args[i])
                 i += 1
         return super().parse_known_args(out, namespace)
+
+    def parse_args(self, args=None, namespace=None):
+        """Parse, then check the base flags' values: a bad one fails here, before torch loads."""
+        ns = super().parse_args(args, namespace)
+        if getattr(ns, "max_new_tokens", 1) < 1:
+            raise UserError(f"--max-new-tokens must be at least 1, got {ns.max_new_tokens}.")
+        if getattr(ns, "prompt_ids", None) is not None:
+            try:
+                [int(t) for t in ns.prompt_ids.split(",") if t.strip()]
+            except ValueError:
+                raise UserError(f"--prompt-ids must be comma-separated integers, got {ns.prompt_ids!r}.") from None
+        return ns
 
 
 def note(msg: str) -> None:
@@ -68,18 +79,30 @@ def base_parser(stage: str, doc: str) -> argparse.ArgumentParser:
     g.add_argument("--prompt-ids", default=None, help="comma-separated token ids, e.g. 1,2,3")
     p.add_argument("--max-new-tokens", type=int, default=20)
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+    p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
                    help="default: bfloat16 on cuda, float32 on cpu")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
 
-def check_device_dtype(device: str, dtype_name: str) -> torch.dtype:
+def torch_dtype(name: str):
+    """``"bfloat16"`` -> ``torch.bfloat16`` (one of DTYPE_NAMES)."""
+    import torch
+    return getattr(torch, name)
+
+
+def dtype_name_of(dtype) -> str | None:
+    """``torch.bfloat16`` -> ``"bfloat16"``; None for a dtype outside DTYPE_NAMES."""
+    return next((n for n in DTYPE_NAMES if torch_dtype(n) == dtype), None)
+
+
+def check_device_dtype(device: str, dtype_name: str):
+    import torch
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda was asked for but no CUDA device is visible: use --device cpu.")
     if not (device == "cpu" or device.startswith("cuda")):
         raise UserError(f"unknown --device {device!r}: use cuda or cpu.")
-    dtype = DTYPES[dtype_name]
+    dtype = torch_dtype(dtype_name)
     if device.startswith("cuda") and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
         raise UserError("this GPU does not support bfloat16: use --dtype float16 or float32.")
     try:  # the operations the model needs, in this dtype, on this device
@@ -92,7 +115,7 @@ def check_device_dtype(device: str, dtype_name: str) -> torch.dtype:
 
 @dataclass
 class Loaded:
-    model: torch.nn.Module
+    model: object                   # l1_dense.model.CausalLM
     tokenizer: object
     prompt_ids: list[int]
     label: str
@@ -104,10 +127,13 @@ class Loaded:
 
 
 def load(args) -> Loaded:
+    """Device, dtype, checkpoint, tokenizer, prompt ids and the model (torch loads here)."""
+    from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
+    from .runtime import default_device, default_dtype
     device = args.device or default_device()
-    dtype_name = args.dtype or next(n for n, d in DTYPES.items() if d == default_dtype(device))
+    dtype_name = args.dtype or dtype_name_of(default_dtype(device))
     dtype = check_device_dtype(device, dtype_name)
-    if device == "cpu" and dtype != torch.float32:
+    if device == "cpu" and dtype_name != "float32":
         note(f"--dtype {dtype_name} on cpu: its tokens differ from the float32 ones the lessons quote "
              "(the lessons' CPU outputs are float32, the default on cpu).")
     path = resolve_model_dir(args.model)

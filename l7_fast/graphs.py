@@ -1,0 +1,88 @@
+"""CUDA graphs: a decode step's whole forward pass launched at once.
+
+A decode step of Qwen3-0.6B runs ~300 small kernels; launched one by one from Python, the host
+is slower than the GPU. A CUDA graph records the launches once and replays them with one call.
+A graph replays fixed addresses and shapes, so:
+
+    buckets     one graph per batch size B in graph_buckets(max_num_seqs) (runner.py): 1, 2, 4, 8,
+                16, 32, ...
+    replay      a uniform decode step of n requests (each computes one token and samples it)
+                replays the graph of the smallest B >= n, with B - n padding rows (cache.py:
+                position 0, K/V length 1, the PAD block), inputs written into the same pinned
+                buffer offsets the capture read (step_inputs.py)
+    eager       everything else: prefill chunks, a decode-shaped step whose one-token row does not
+                sample (a prompt chunk the budget cut to one token: fewer logits rows, another
+                byte layout), a batch above the last bucket, ``enforce_eager``
+
+``GraphRunner`` wraps the eager ``FastRunner`` (runner.py): it captures with it, replays, and
+hands it every step it cannot replay. The torch reference attention (``impl="torch"``) loops on
+the host and copies per sequence: it cannot be captured, so it always runs eagerly.
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+import torch
+
+from .runner import is_uniform_decode
+
+
+class GraphRunner:
+    def __init__(self, runner):
+        self.runner = runner                         # the eager FastRunner: captures, and runs the rest
+        self.graphs: dict[int, tuple] = {}
+        self.graph_bytes, self.capture_s = 0, 0.0
+        self.capture()
+
+    # what tests, scripts and the engine read through the runner part
+    cache = property(lambda self: self.runner.cache)
+    buf = property(lambda self: self.runner.buf)
+    ops = property(lambda self: self.runner.ops)
+    split_kv = property(lambda self: self.runner.split_kv)
+    mode_log = property(lambda self: self.runner.mode_log)
+
+    def capture(self) -> None:
+        """One graph per bucket, largest first, all sharing one memory pool."""
+        r = self.runner
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()
+        gc.collect()                                 # torch.cuda.graph does both on entry: measure from there,
+        torch.cuda.empty_cache()                     # or freed cache shows up as negative graph memory
+        before = torch.cuda.memory_reserved()
+        pool, L = None, r.config.max_model_len
+        stream = torch.cuda.Stream()                 # one warm-up stream (cuBLAS keeps a workspace per stream)
+        for B in sorted(r.buckets, reverse=True):
+            lay = r.buf.pad_only(B, r.cache.pad_slot)
+            splits = r.decode_splits(B)
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):          # warm up: compile kernels, settle allocations
+                for _ in range(2):
+                    r.forward(lay, 1, L, splits)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                logits, meta = r.forward(lay, 1, L, splits)
+            pool = graph.pool()
+            self.graphs[B] = (graph, logits, meta)   # static outputs: overwritten by every replay
+        torch.cuda.synchronize()
+        self.graph_bytes = torch.cuda.memory_reserved() - before
+        self.capture_s = time.perf_counter() - t0
+
+    def replay_bucket(self, out) -> int | None:
+        """The graph this step replays, or None (eager): only a uniform decode step that fits a bucket."""
+        return self.runner.bucket(len(out.scheduled)) if is_uniform_decode(out) else None
+
+    def execute(self, out):
+        """Returns logits [S', V] float32 for the rows that sample, and the step's metadata."""
+        B = self.replay_bucket(out)
+        if B is None:
+            return self.runner.execute(out)
+        r, n = self.runner, len(out.scheduled)
+        lay, _ = r.prepare(out, pad_to=B)
+        if r.check:
+            r.check_step(out, lay, 1)
+        graph, logits, meta = self.graphs[B]
+        graph.replay()
+        r.mode_log.append(f"graph {B}")
+        return logits[:n], meta                      # meta: the captured views, this step's values

@@ -1,0 +1,83 @@
+"""bench_e2e.py's report: the roofline summed over a run's steps, the markdown table, the plot."""
+from __future__ import annotations
+
+
+def roofline(stats, cfg, bw_gbps, peak_tflops):
+    """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor."""
+    elt = 2
+    per_layer = (cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim      # q, k, v
+                 + cfg.num_heads * cfg.head_dim * cfg.hidden_size                              # o
+                 + 3 * cfg.hidden_size * cfg.intermediate_size)                                # gate, up, down
+    body = cfg.num_layers * per_layer
+    head = cfg.vocab_size * cfg.hidden_size
+    kv_tok = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elt
+    mem_s = both_s = 0.0
+    total_bytes = total_flops = 0
+    for s in stats:
+        T = s.prefill_tokens + s.decode_tokens
+        nbytes = (body + (head if s.sampled else 0) + T * cfg.hidden_size) * elt + (s.kv_tokens + T) * kv_tok
+        pre_kv = sum(start * n + n * (n + 1) // 2 for _, start, n, _ in s.chunks)              # visible (q, k) pairs
+        dec_kv = s.kv_tokens - sum(start + n for _, start, n, _ in s.chunks)
+        flops = 2 * T * body + 2 * s.sampled * head + 4 * cfg.num_heads * cfg.head_dim * (pre_kv + dec_kv) * cfg.num_layers
+        t_mem = nbytes / (bw_gbps * 1e9)
+        mem_s += t_mem
+        both_s += max(t_mem, flops / (peak_tflops * 1e12))
+        total_bytes += nbytes
+        total_flops += flops
+    return dict(floor_memory_s=mem_s, floor_memory_compute_s=both_s, bytes=total_bytes, flops=total_flops)
+
+
+
+def markdown(meta, rows):
+    w = meta.get("wall")
+    wall_lines = [] if not w else [
+        f"Wall: stage 4's loop, one request ({w['prompt_len']}-token prompt, {w['new_tokens']} new tokens): "
+        f"{w['stage4_ms_per_token']:.1f} ms per token ({w['stage4_tok_per_s']:.0f} tok/s)"
+        + ("" if w["stage4_gpu_busy"] is None else f", GPU busy {100 * w['stage4_gpu_busy']:.0f}% of the time")
+        + f"; stage 5 with {w['batch']} such requests at once: {w['stage5_tok_per_s']:.0f} tok/s.", ""]
+    lines = wall_lines + [f"Device: {meta['device']}; torch {meta['torch']}, triton {meta['triton']}, transformers "
+             f"{meta['transformers']}; model {meta['model']} ({meta['dtype']}); {meta['workload']}. "
+             + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
+                if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
+             "| variant | engine | output tokens | seconds | output tok/s | steps | preemptions | memory floor (s) | "
+             "% of memory roofline | mem+compute floor (s) | % of roofline |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        rf = r.get("roofline")
+        sec = (lambda k: f"{rf[k]:.2f}") if rf else (lambda k: "—")
+        pct = (lambda k: f"{100 * rf[k] / r['seconds']:.0f}%") if rf else (lambda k: "—")
+        lines.append(f"| {r['variant']} | {r['engine']} | {r['output_tokens']} | {r['seconds']:.1f} | {r['tok_per_s']:.0f} | "
+                     f"{r.get('steps', '—')} | {r.get('preemptions', '—')} | {sec('floor_memory_s')} | "
+                     f"{pct('floor_memory_s')} | {sec('floor_memory_compute_s')} | {pct('floor_memory_compute_s')} |")
+    return "\n".join(lines)
+
+
+
+def plot(path, meta, rows, stats):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the PNG")
+        return
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 1]})
+    steps = range(len(stats))
+    a.plot(steps, [s.decode_tokens for s in stats], label="decode tokens (= running decodes)", lw=1)
+    a.plot(steps, [s.prefill_tokens for s in stats], label="prefill tokens", lw=1)
+    a.plot(steps, [s.running for s in stats], label="running requests", lw=1, ls="--")
+    a.set_yscale("symlog")
+    a.set_xlabel("step")
+    a.set_ylabel("per step (symlog)")
+    a.set_title("our schedule, variable-length workload")
+    a.legend()
+    short = {"ours": "ours", "HF continuous batching": "HF CB", "HF generate_batch": "HF\ngenerate_batch"}
+    labels = [f"{short.get(r['engine'], r['engine'])}\n{r['variant']}" for r in rows]
+    b.bar(range(len(rows)), [r["tok_per_s"] for r in rows], color=["C0" if r["engine"].startswith("ours") else "C1" for r in rows])
+    b.set_xticks(range(len(rows)), labels, fontsize=8)
+    b.set_ylabel("output tokens / s")
+    b.set_title("throughput")
+    fig.suptitle(f"{meta['model']}, {meta['workload']}, {meta['device']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
