@@ -4,9 +4,10 @@ baseline of `measure_wall.py --lesson 7`.
 Every owner of a decision has a cheap branch for the common step (lesson 7.6). These are the same
 parts with the branch taken out, so each asks the general question every time:
 
-    PlainScheduler      every running request asks the KV manager for blocks, every step, and its
+    PlainScheduler      every running request asks the KV manager for blocks, every step, its
                         token count is len(prompt) + len(output) (no ``num_tokens`` counter, no
-                        "its blocks can hold them" pre-check)
+                        "its blocks can hold them" pre-check), and whether it samples is asked of
+                        each (not "all but a cut last one")
     PlainBlockManager   stage 2's block arithmetic on every call (no "the last block has room" return)
     PlainKVCacheManager the same, and after every step it asks of *every* scheduled request whether a
                         block filled (no block-boundary test)
@@ -35,6 +36,8 @@ class PlainScheduler(Scheduler):
             out.scheduled.append((req, n))
             budget -= n
             i += 1
+        out.sample = [req.num_computed_tokens + n == len(req.prompt_ids) + len(req.output_ids)
+                      for req, n in out.scheduled]          # does it compute its last known token?
         return budget
 
 
@@ -73,7 +76,7 @@ class PlainKVCacheManager(KVCacheManager):
 
 
 class PlainSampler(Sampler):
-    def __call__(self, logits, rows):
+    def __call__(self, logits, rows, argmax=None):    # (a precomputed argmax is never used)
         for r in rows:                                # the rows' own decision says "not plain": the pipeline
             r.plain_greedy = False
         _check(logits, rows)

@@ -47,10 +47,13 @@ def slot_index(blocks: list[int], block_size: int, i: int) -> int:
 
 
 def add_blocks(req: Request, blocks: list[int], block_size: int) -> None:
-    """Append ``blocks`` to ``req``'s block list, and the slots of every position they hold."""
-    req.blocks += blocks
-    req.slot_indices += [slot_index(req.blocks, block_size, i)
-                         for i in range(len(req.slot_indices), len(req.blocks) * block_size)]
+    """Append ``blocks`` to ``req``'s block list, and the slots of every position they hold. A
+    block's slots are consecutive, so ``slot_index`` is asked for the first slot of each block."""
+    slots = req.slot_indices
+    for b in blocks:
+        req.blocks.append(b)
+        first = slot_index(req.blocks, block_size, len(slots))
+        slots += range(first, first + block_size)
 
 
 def check_pool_shape(num_blocks: int, block_size: int) -> None:

@@ -221,9 +221,11 @@ class Sampler:
             self._shared[str(device)] = g
         return self._shared[str(device)]
 
-    def __call__(self, logits: torch.Tensor, rows: list[RowState]) -> SamplerOutput:
+    def __call__(self, logits: torch.Tensor, rows: list[RowState], argmax: torch.Tensor | None = None) -> SamplerOutput:
+        """``argmax``: ``logits.argmax(-1)``, if the caller computed it already (lesson 7's CUDA graph
+        does, with the forward); only the all-greedy branch reads it."""
         if logits.dim() == 2 and len(rows) == logits.shape[0] and not [r for r in rows if not r.plain_greedy]:
-            ids = logits.argmax(-1)                      # [B]: the all-greedy branch (read BV)
+            ids = logits.argmax(-1) if argmax is None else argmax   # [B]: the all-greedy branch (read BV)
             return SamplerOutput(ids, ids.tolist(), None)    # .tolist(): the step's one sync
         B, V = _check(logits, rows)
         z = logits.to(torch.float32, copy=True)          # [B, V]; read + write BV

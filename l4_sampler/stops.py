@@ -18,11 +18,11 @@ fired. Current vLLM (v1's ``check_stop``) orders them the same way: EOS and stop
 the length limits.
 
 The cheap pre-check. Without stop strings, a token can end its request only if it is in
-``stop_ids`` (EOS unless ignore_eos, and the stop ids) or the output has reached ``stop_len``
-tokens (max_tokens, or the context). For any other token ``update()`` returns None and changes
-nothing, so a caller with many requests may skip it: ``token in stop_ids or len(output) >=
-stop_len`` decides whether to ask. With stop strings ``stop_len`` is 0: every token is asked,
-because the text must be decoded at every step.
+``stop_ids`` (EOS unless ignore_eos, and the stop ids) or the request (prompt + output) has
+reached ``stop_len`` tokens (max_tokens, or the context). For any other token ``update()``
+returns None and changes nothing, so a caller with many requests may skip it:
+``token in stop_ids or len(prompt) + len(output) >= stop_len`` decides whether to ask. With stop
+strings ``stop_len`` is 0: every token is asked, because the text must be decoded at every step.
 
 Text. Stop strings live in text, not tokens, and can span tokens ("\\n" + "\\n"). Each step we
 decode the whole output (``decode(ids) -> str``; simple, O(len) per step) and search only where a
@@ -67,7 +67,7 @@ class StopChecker:
         # The pre-check (module docstring): only these tokens, or this many, can end the request.
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_token_ids))
         limit = params.max_tokens if max_model_len is None else min(params.max_tokens, max_model_len - prompt_len)
-        self.stop_len = 0 if params.stop else limit
+        self.stop_len = 0 if params.stop else prompt_len + limit      # prompt + output
 
     def update(self, output_ids: list[int]) -> Finish | None:
         """Call once per new token, with all output ids so far. Returns a Finish or None."""

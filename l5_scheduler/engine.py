@@ -10,14 +10,14 @@ The engine is given its parts (vLLM v1: one engine core, one Scheduler, one mode
 and runs the same loop whichever parts it has. One step:
 
     out    = scheduler.schedule()          which requests run, how many tokens each (host ints)
-    logits = runner.execute(out)           ONE forward pass, logits [S', V] for the rows that
-                                           sample (decodes, last prefill chunks)
+    ran    = runner.execute(out)           ONE forward pass: logits [S', V] for the rows that
+                                           sample (decodes, last prefill chunks), and the metadata
     scheduler.advance(out)                 the new tokens' K/V are cached
     tokens = sampler(logits, rows)         ONE stage 4 sampler call, per-row SamplingParams
     per sampled request: append the token, stop checks; a finished request frees its blocks now
 
 The stop checks ask a request's StopChecker only for a token that could end it (stage 4's
-pre-check: ``token in stop_ids or len(output) >= stop_len``). The builders that assemble the
+pre-check: ``token in stop_ids or num_tokens >= stop_len``). The builders that assemble the
 parts of each stage are ``build_engine`` in each stage's llm.py.
 
 ``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
@@ -120,29 +120,30 @@ class LLMEngine:
         out = sched.schedule()
         if not out.scheduled:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
-        logits, meta = self.runner.execute(out)              # [S', V] float32
-        self.last_meta = meta                                # for --trace-meta and tests
+        ran = self.runner.execute(out)                       # logits [S', V] float32, meta, argmax
+        self.last_meta = ran.meta                            # for --trace-meta and tests
         sched.advance(out)
         running, waiting = len(sched.running), len(sched.waiting)   # before anyone finishes
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        results, finished = self._sample(logits, sampling) if sampling else ([], [])
+        results, finished = self._sample(ran.logits, sampling, ran.argmax) if sampling else ([], [])
         self.stats.append(self._stats(out, running, waiting, len(sampling), finished))
         return results
 
-    def _sample(self, logits, sampling: list[Request]) -> tuple[list[StepOutput], list[str]]:
+    def _sample(self, logits, sampling: list[Request], argmax=None) -> tuple[list[StepOutput], list[str]]:
         """ONE sampler call for the rows that sample; then each request's new token and stop checks."""
-        so = self.sampler(logits, [req.row for req in sampling])
-        lps, keep = so.logprobs, self.keep_logits
+        so = self.sampler(logits, [req.row for req in sampling], argmax)
+        if so.logprobs or self.keep_logits:                  # (checks and API extras: not the hot path)
+            for i, req in enumerate(sampling):
+                if so.logprobs:
+                    req.logprobs.append(so.logprobs[i])
+                if self.keep_logits:
+                    req.logits.append(logits[i].cpu())
         results, finished = [], []
-        for i, (req, tok) in enumerate(zip(sampling, so.token_ids_list)):
+        for req, tok in zip(sampling, so.token_ids_list):
             req.output_ids.append(tok)                       # Request.append_output, inlined: it runs for
             req.num_tokens += 1                              # every sampled token (the RowState shares the list)
-            if lps:
-                req.logprobs.append(lps[i])
-            if keep:
-                req.logits.append(logits[i].cpu())
             stops, fin = req.stops, None
-            if tok in stops.stop_ids or req.num_tokens - stops.prompt_len >= stops.stop_len:   # could it end here?
+            if tok in stops.stop_ids or req.num_tokens >= stops.stop_len:   # could it end here?
                 fin = stops.update(req.output_ids)
                 if fin is not None:
                     self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
@@ -154,7 +155,7 @@ class LLMEngine:
         """What the step did, for people (--trace, benchmarks); no code reads it to decide."""
         kv, scheduled = self.scheduler.kv, out.scheduled
         chunks = [(req.request_id, req.kv.cur_len - n, n, req.prefill_len)
-                  for (req, n), pre in zip(scheduled, out.prefill) if pre]
+                  for (req, n), pre in zip(scheduled, out.prefill) if pre] if any(out.prefill) else []
         prefill = sum([c[2] for c in chunks])
         admitted = scheduled[len(scheduled) - len(out.admitted):]      # admissions come last
         return StepStats(step=len(self.stats), prefill_tokens=prefill, decode_tokens=out.num_tokens - prefill,

@@ -11,12 +11,22 @@ The pairs handed to ``build_meta`` are each request's stage 2 block handle (``re
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from l3_paged.cache import PagedKVCache
 from l3_paged.metadata import PagedMeta, build_meta
 
 from .scheduler import SchedulerOutput
+
+
+class RunnerOutput(NamedTuple):
+    """What a runner hands back for one step."""
+    logits: torch.Tensor                  # [S', V] float32: the rows that sample, in batch order
+    meta: object                          # the step's metadata (--trace-meta, tests)
+    argmax: torch.Tensor | None = None    # [S'] each row's argmax, if the runner computed it with the
+                                          # forward (lesson 7's CUDA graph does: no extra launch)
 
 
 class ModelRunner:
@@ -35,8 +45,8 @@ class ModelRunner:
         meta = build_meta([(req.kv, n) for req, n in out.scheduled], self.block_size, self.device, out.sample)
         return torch.tensor(ids, device=self.device), meta       # [T] int64, T = out.num_tokens
 
-    def execute(self, out: SchedulerOutput) -> tuple[torch.Tensor, PagedMeta]:
-        """One forward pass. Returns logits [S', V] float32 (S' = rows that sample) and the metadata.
+    def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        """One forward pass: logits [S', V] float32 (S' = rows that sample) and the metadata.
         Nothing is kept between steps, so the output's finished and new-block lists need no reply."""
         input_ids, meta = self.inputs(out)
-        return self.model(input_ids, self.cache, meta, ops=self.ops), meta
+        return RunnerOutput(self.model(input_ids, self.cache, meta, ops=self.ops), meta)

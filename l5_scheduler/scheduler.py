@@ -98,27 +98,34 @@ class Scheduler:
         if not out.preempted:                                                  # 2. then admit
             budget = self._admit_waiting(out, budget)
         out.num_tokens = self.max_num_batched_tokens - budget
-        # Before the forward pass: num_computed_tokens is where each request's tokens start.
-        out.sample = [req.kv.cur_len + n == req.num_tokens for req, n in out.scheduled]
+        # Before the forward pass, num_computed_tokens is where each request's tokens start.
         out.prefill = [req.kv.cur_len < req.prefill_len for req, _ in out.scheduled]
         out.new_blocks, self.kv.new_blocks = self.kv.new_blocks, []
         return out
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        """Step 1: the running requests, oldest admission first. Returns the budget left."""
-        scheduled = out.scheduled
+        """Step 1: the running requests, oldest admission first. Returns the budget left.
+
+        A request samples when this step computes its last known token. Every running request
+        gets all the tokens it has left but the last one, whose chunk the budget may have cut:
+        so all of them sample, unless that last one was cut."""
+        scheduled, cut = out.scheduled, False
         for req in self.running:                      # a preemption pops from the end: the loop ends sooner
             if budget <= 0:
                 break
             kv = req.kv
             n = req.num_tokens - kv.cur_len           # decode: 1; prefill: the rest of it
             if n > budget:
-                n = budget                            # a chunk
+                n, cut = budget, True                 # a chunk: the budget ends here
             if kv.cur_len + n > len(kv.slot_indices):     # its blocks cannot hold them: ask for more
                 if not self._reserve_or_preempt(req, n, out):
-                    break                             # it preempted itself: nothing younger is left
+                    cut = False                       # it preempted itself: nothing younger is left
+                    break
             scheduled.append((req, n))
             budget -= n
+        out.sample = [True] * len(scheduled)
+        if cut:
+            out.sample[-1] = False
         return budget
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
@@ -133,6 +140,7 @@ class Scheduler:
             self.running.append(req)
             out.admitted.append(req)
             out.scheduled.append((req, n))
+            out.sample.append(req.kv.cur_len + n == req.num_tokens)
             budget -= n
         return budget
 

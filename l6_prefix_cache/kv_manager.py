@@ -105,7 +105,7 @@ class KVCacheManager:
         for req, n in scheduled:
             kv = req.kv
             kv.cur_len += n
-            if kv.cur_len // bs > (kv.cur_len - n) // bs:           # it crossed a block boundary
+            if kv.cur_len % bs < n:                 # it crossed a block boundary: a block is now full
                 self.cache_full_blocks(kv, self.block_hashes(req, kv.cur_len // bs))
 
     def free(self, handle) -> None:

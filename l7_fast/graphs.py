@@ -15,7 +15,9 @@ A graph replays fixed addresses and shapes, so:
                 byte layout), a batch above the last bucket, ``enforce_eager``
 
 ``GraphRunner`` wraps the eager ``FastRunner`` (runner.py): it captures with it, replays, and
-hands it every step it cannot replay. The torch reference attention (``impl="torch"``) loops on
+hands it every step it cannot replay. Each graph also computes the rows' argmax (the sampler's
+all-greedy branch takes it from the runner's output, so a greedy batch launches nothing after the
+replay; for other batches it is a small wasted read of the logits). The torch reference attention (``impl="torch"``) loops on
 the host and copies per sequence: it cannot be captured, so it always runs eagerly.
 """
 from __future__ import annotations
@@ -24,6 +26,8 @@ import gc
 import time
 
 import torch
+
+from l5_scheduler.runner import RunnerOutput
 
 from .runner import is_uniform_decode
 
@@ -63,8 +67,9 @@ class GraphRunner:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
                 logits, meta = r.forward(lay, 1, L, splits)
+                argmax = logits.argmax(-1)           # [B]: for an all-greedy batch, no launch after the replay
             pool = graph.pool()
-            self.graphs[B] = (graph, logits, meta)   # static outputs: overwritten by every replay
+            self.graphs[B] = (graph, logits, meta, argmax)   # static outputs: overwritten by every replay
         torch.cuda.synchronize()
         self.graph_bytes = torch.cuda.memory_reserved() - before
         self.capture_s = time.perf_counter() - t0
@@ -82,7 +87,7 @@ class GraphRunner:
         lay, _ = r.prepare(out, pad_to=B)
         if r.check:
             r.check_step(out, lay, 1)
-        graph, logits, meta = self.graphs[B]
+        graph, logits, meta, argmax = self.graphs[B]
         graph.replay()
         r.mode_log.append(f"graph {B}")
-        return logits[:n], meta                      # meta: the captured views, this step's values
+        return RunnerOutput(logits[:n], meta, argmax[:n])    # meta: the captured views, this step's values

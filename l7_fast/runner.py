@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from l3_paged.validate import check_paged_layout
+from l5_scheduler.runner import RunnerOutput
 from plumbing.exercise import learner_can_replace
 
 from .attention_split import _num_sms, pick_num_splits
@@ -143,7 +144,7 @@ class FastRunner:
         if self.check:
             self.check_step(out, lay, max_q)
         self.mode_log.append("eager")
-        return self.forward(lay, max_q, max_kv, splits)
+        return RunnerOutput(*self.forward(lay, max_q, max_kv, splits))
 
     def check_step(self, out, lay: Layout, max_q: int) -> None:
         """--check (syncs): the layout once per step, and the incremental block table against the

@@ -74,19 +74,19 @@ def main(argv=None):
     if args.enforce_eager and not ld.device.startswith("cuda"):
         print("note       : --enforce-eager changes nothing on a CPU: there are no CUDA graphs, every step is eager",
               file=sys.stderr)
-    from l7_fast import GraphRunner, Profiler
+    from l7_fast import Profiler
     profiler = Profiler() if args.profile else None
     engine, config = build(args, ld, profiler)
     rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
     seconds = drive(engine, args, step=profiler and (lambda: profiler.step(engine)),
                     trace_more=cache_trace(engine, args.enable_prefix_caching))
     comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)
-    r = engine.runner
-    graphs = r.graphs if isinstance(r, GraphRunner) else {}
+    r = engine.runner                                # (wrapped by the profiler with --profile: same attributes)
+    graphs = getattr(r, "graphs", {})                # a GraphRunner's; the eager FastRunner has none
     n_graph = sum(1 for m in r.mode_log if m.startswith("graph"))
     extra.update(enforce_eager=args.enforce_eager, fused_ops=args.fused_ops, split_kv=args.split_kv,
                  graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(graphs),
-                 graph_bytes=graphs and r.graph_bytes, capture_s=round(graphs and r.capture_s, 3))
+                 graph_bytes=getattr(r, "graph_bytes", 0), capture_s=round(getattr(r, "capture_s", 0.0), 3))
     lines.append(f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
                  + (f"({len(graphs)} buckets {sorted(graphs)}, captured in {r.capture_s:.1f} s, "
                     f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if graphs else

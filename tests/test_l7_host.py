@@ -135,6 +135,7 @@ class RoomCheckOffByOne(Scheduler):        # "its blocks can hold them" off by o
                 break
             out.scheduled.append((req, n))
             budget -= n
+        out.sample = [True] * len(out.scheduled)
         return budget
 
 
@@ -147,6 +148,7 @@ class AssumesDecode(Scheduler):            # every running request computes one 
                 break
             out.scheduled.append((req, 1))
             budget -= 1
+        out.sample = [True] * len(out.scheduled)
         return budget
 
 
@@ -202,7 +204,7 @@ def _precheck_misses(max_tokens, min_tokens, ignore_eos, stop_ids, prompt_len, t
     out = []
     for tok in tokens:
         out.append(tok)
-        asked = tok in checker.stop_ids or len(out) >= checker.stop_len
+        asked = tok in checker.stop_ids or prompt_len + len(out) >= checker.stop_len
         fin = checker.update(out)
         if fin is not None:
             return None if asked else (tok, list(out), fin.label)
@@ -216,7 +218,7 @@ def test_l7_stop_precheck_asks_about_every_finishing_token(**case):
 
 
 def _forgets_context(checker):                                # planted: the pre-check without the context limit
-    checker.stop_len = checker.params.max_tokens
+    checker.stop_len = checker.prompt_len + checker.params.max_tokens
 
 
 # What the search below found (make test-deep), already shrunk.
@@ -238,9 +240,9 @@ def test_l7_stop_precheck_search_finds_a_precheck_that_forgets_the_context():
 
 def test_l7_stop_precheck_facts():
     c = StopChecker(SamplingParams(max_tokens=10, stop_token_ids=[5]), 3, 8, EOS_IDS)
-    assert c.stop_ids == {5, 7, 8} and c.stop_len == 5
+    assert c.stop_ids == {5, 7, 8} and c.stop_len == 8                  # the context: 3 + 5
     c = StopChecker(SamplingParams(ignore_eos=True, max_tokens=4), 1, 100, EOS_IDS)
-    assert c.stop_ids == set() and c.stop_len == 4
+    assert c.stop_ids == set() and c.stop_len == 5                      # max_tokens: 1 + 4
     c = StopChecker(SamplingParams(stop=["ab"]), 1, 100, EOS_IDS, decode=lambda ids: "")
     assert c.stop_len == 0                                    # stop strings: asked every step
 
