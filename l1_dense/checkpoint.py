@@ -6,13 +6,12 @@ names in the files are the module names of :mod:`l1_dense.model`.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
-from .config import ModelConfig
+from .config import ModelConfig, read_json
 from plumbing.errors import UserError
 from .model import CausalLM, rope_inv_freq
 
@@ -52,12 +51,33 @@ def resolve_model_dir(model: str | None) -> Path:
 def _weight_files(path: Path) -> list[Path]:
     index = path / "model.safetensors.index.json"
     if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / s for s in shards]
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise UserError(f"{index}: no 'weight_map' object: the index is broken; get it again.")
+        shards = [path / s for s in sorted(set(weight_map.values()))]
+        missing = [s.name for s in shards if not s.exists()]
+        if missing:
+            raise UserError(f"{index} names weight files that are not in {path}: {', '.join(missing[:3])}: "
+                            "the download is incomplete; get them.")
+        return shards
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise UserError(f"no *.safetensors weights in {path}. This project reads safetensors checkpoints only.")
     return files
+
+
+def _read_weights(f: Path, params: dict, device: str, dtype: torch.dtype) -> dict:
+    """The tensors of one safetensors file that the skeleton has a parameter for."""
+    out = {}
+    try:
+        with safe_open(str(f), framework="pt", device="cpu") as sf:
+            for name in sf.keys():
+                if name in params:
+                    out[name] = sf.get_tensor(name).to(device=device, dtype=dtype)
+    except Exception as e:  # safetensors' own error type for a truncated or corrupt file, or an OSError
+        msg = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise UserError(f"{f}: cannot read the weights ({msg}): the file is truncated or corrupt; get it again.") from None
+    return out
 
 
 def load_model(path: Path, device: str, dtype: torch.dtype) -> CausalLM:
@@ -68,14 +88,16 @@ def load_model(path: Path, device: str, dtype: torch.dtype) -> CausalLM:
     params = dict(model.named_parameters())  # a tied lm_head appears once, as embed_tokens
     loaded = {}
     for f in _weight_files(path):
-        with safe_open(str(f), framework="pt", device="cpu") as sf:
-            for name in sf.keys():
-                if name in params:
-                    loaded[name] = sf.get_tensor(name).to(device=device, dtype=dtype)
+        loaded.update(_read_weights(f, params, device, dtype))
     missing = set(params) - set(loaded)
     if missing:
         raise UserError(f"checkpoint {path} is missing weights: {sorted(missing)[:5]}... "
                         "Is it a complete Qwen3/Qwen2/Llama checkpoint?")
+    wrong = [f"{n} is {tuple(loaded[n].shape)}, config.json says {tuple(p.shape)}"
+             for n, p in params.items() if tuple(loaded[n].shape) != tuple(p.shape)]
+    if wrong:
+        raise UserError(f"checkpoint {path}: weights do not match {path / 'config.json'}: {wrong[0]}"
+                        + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "") + ".")
     model.load_state_dict(loaded, strict=False, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
@@ -88,4 +110,9 @@ def load_tokenizer(path: Path):
     if not any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
         return None
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(str(path))
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as e:  # a broken tokenizer.json / tokenizer_config.json, a missing vocab file ...
+        msg = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+        raise UserError(f"{path}: the tokenizer files cannot be loaded ({msg}): get them again, or remove them and "
+                        "pass --prompt-ids.") from None

@@ -106,11 +106,36 @@ class ModelConfig:
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "ModelConfig":
+        """config.json (and generation_config.json, if present). A file that is not a JSON object,
+        or a config without a field the skeleton needs, is one UserError naming the file."""
         path = Path(path)
-        cfg = json.loads((path / "config.json").read_text())
+        cfg = read_json(path / "config.json")
         gen_path = path / "generation_config.json"
-        gen = json.loads(gen_path.read_text()) if gen_path.exists() else None
-        return cls.from_dict(cfg, gen)
+        gen = read_json(gen_path) if gen_path.exists() else None
+        try:
+            return cls.from_dict(cfg, gen)
+        except KeyError as e:
+            raise UserError(f"{path / 'config.json'}: no {e.args[0]!r} field, which a Qwen3/Qwen2/Llama config needs: "
+                            "the file is incomplete; get the checkpoint's config.json again.") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            if isinstance(e, UserError):
+                raise
+            raise UserError(f"{path / 'config.json'}: a field has the wrong type ({e}): get the checkpoint's "
+                            "config.json again.") from None
+
+
+def read_json(file: Path) -> dict:
+    """A JSON object from ``file``, or a UserError that names the file and what is wrong with it."""
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise UserError(f"{file}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): the file is "
+                        "broken or truncated; get it again.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{file}: cannot be read ({type(e).__name__}: {e}).") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{file}: a JSON {type(data).__name__}, where a JSON object was expected: get the file again.")
+    return data
 
 
 def _preset(family, vocab, hidden, inter, layers, heads, kv_heads, head_dim, ctx, tied):

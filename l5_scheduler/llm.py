@@ -97,7 +97,7 @@ class LLM:
         device = device or default_device()
         dtype = check_device_dtype(device, _dtype_name(dtype, device))
         path = resolve_model_dir(model)
-        self.model = load_model(path, device, dtype)
+        self.model = load_model(path, device, dtype)          # a broken checkpoint: one UserError naming the file
         self.tokenizer = load_tokenizer(path)
         config = make_config(self.model.cfg, device, dtype, block_size=block_size,
                              num_gpu_blocks_override=num_gpu_blocks_override,

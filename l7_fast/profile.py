@@ -56,26 +56,30 @@ class _Timed:
     synchronize (timed as the wait), so the host's share and the GPU's are told apart."""
 
     def __init__(self, part, profiler: Profiler, names):
-        self._part, self._profiler, self._names = part, profiler, names
+        self._part = part
+        cuda = torch.cuda.is_available()
+        for name in names:                           # the timed methods, made once
+            setattr(self, "_call" if name == "__call__" else name,
+                    _timer(getattr(part, name), profiler, NAMES[name], cuda and name == "execute"))
 
-    def __getattr__(self, name):
-        attr = getattr(self._part, name)
-        if name not in self._names:
-            return attr
-
-        def timed(*a, **k):
-            t = time.perf_counter()
-            r = attr(*a, **k)
-            self._profiler.add(NAMES[name], time.perf_counter() - t)
-            if name == "execute" and torch.cuda.is_available():
-                t = time.perf_counter()
-                torch.cuda.synchronize()
-                self._profiler._wait += time.perf_counter() - t
-            return r
-        return timed
+    def __getattr__(self, name):                     # everything else: the part's own
+        return getattr(self._part, name)
 
     def __call__(self, *a, **k):
-        return self.__getattr__("__call__")(*a, **k)
+        return self._call(*a, **k)
+
+
+def _timer(method, profiler: Profiler, label: str, sync: bool):
+    def timed(*a, **k):
+        t = time.perf_counter()
+        r = method(*a, **k)
+        profiler.add(label, time.perf_counter() - t)
+        if sync:
+            t = time.perf_counter()
+            torch.cuda.synchronize()
+            profiler._wait += time.perf_counter() - t
+        return r
+    return timed
 
 
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "cudaGraphLaunch",

@@ -129,6 +129,7 @@ class Loaded:
 def load(args) -> Loaded:
     """Device, dtype, checkpoint, tokenizer, prompt ids and the model (torch loads here)."""
     from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
+    from l1_dense.config import ModelConfig
     from .runtime import default_device, default_dtype
     device = args.device or default_device()
     dtype_name = args.dtype or dtype_name_of(default_dtype(device))
@@ -137,6 +138,7 @@ def load(args) -> Loaded:
         note(f"--dtype {dtype_name} on cpu: its tokens differ from the float32 ones the lessons quote "
              "(the lessons' CPU outputs are float32, the default on cpu).")
     path = resolve_model_dir(args.model)
+    ModelConfig.from_dir(path)                       # a broken config.json fails here, named, before the tokenizer
     tokenizer = load_tokenizer(path)
     if args.prompt_ids is not None:
         try:

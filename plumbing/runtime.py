@@ -22,6 +22,16 @@ CUDA = torch.cuda.is_available()
 if not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# CPU threads. The CPU runs here are the tiny models: small matmuls, and the interpreter's NumPy
+# work in between. torch's OpenMP threads then buy nothing on an idle machine and cost a lot on a
+# busy one (threads spin waiting for cores another process holds). Measured on a 2-core VM: idle,
+# l5_smoke --impl torch 4.4 s with torch's default threads and 3.8 s with one; beside another
+# torch process, 6.7 s and 3.7 s (l7_smoke: 37 s and 24 s). So one thread, unless the user set
+# OMP_NUM_THREADS (the variable torch itself reads): then torch's choice stands.
+CPU_THREADS = None if CUDA or os.environ.get("OMP_NUM_THREADS") else 1
+if CPU_THREADS:
+    torch.set_num_threads(CPU_THREADS)
+
 #: True when Triton kernels run through the CPU interpreter rather than a GPU compiler.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

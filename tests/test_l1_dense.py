@@ -183,3 +183,51 @@ def test_kv_bytes_per_token_matches_the_lesson_hand_calculation():
     from l1_dense.config import PRESETS
     assert PRESETS["Qwen/Qwen3-0.6B"].kv_bytes_per_token == 2 * 28 * 8 * 128 * 2 == 114_688
     assert PRESETS["Qwen/Qwen3-8B"].kv_bytes_per_token == 2 * 36 * 8 * 128 * 2 == 147_456
+
+
+def _corrupt(tmp_path, case):
+    """A copy of the tiny Qwen3 with one thing broken; returns (dir, the text the error must hold)."""
+    src = tiny_checkpoint("qwen3")
+    for f in src.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    cfg, weights = tmp_path / "config.json", tmp_path / "model.safetensors"
+    if case == "broken config.json":
+        cfg.write_text(cfg.read_text()[:40])
+        return tmp_path, f"{cfg}: not valid JSON"
+    if case == "a missing key":
+        data = json.loads(cfg.read_text())
+        del data["hidden_size"]
+        cfg.write_text(json.dumps(data))
+        return tmp_path, f"{cfg}: no 'hidden_size' field"
+    if case == "a truncated safetensors file":
+        weights.write_bytes(weights.read_bytes()[:1000])
+        return tmp_path, f"{weights}: cannot read the weights"
+    if case == "no weights":
+        weights.unlink()
+        return tmp_path, f"no *.safetensors weights in {tmp_path}"
+    if case == "weights of another shape":
+        data = json.loads(cfg.read_text())
+        data["intermediate_size"] += 8
+        cfg.write_text(json.dumps(data))
+        return tmp_path, "weights do not match"
+    raise AssertionError(case)
+
+
+CORRUPT = ["broken config.json", "a missing key", "a truncated safetensors file", "no weights", "weights of another shape"]
+
+
+@pytest.mark.parametrize("case", CORRUPT)
+def test_a_corrupt_checkpoint_is_one_line_naming_the_file_from_the_api(case, tmp_path):
+    from l5_scheduler import LLM
+    path, needle = _corrupt(tmp_path, case)
+    with pytest.raises(UserError) as e:
+        LLM(str(path), device="cpu")
+    assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("case", CORRUPT[:3])
+def test_a_corrupt_checkpoint_is_one_line_naming_the_file_from_a_script(case, tmp_path):
+    path, needle = _corrupt(tmp_path, case)
+    r = _smoke("--model", str(path), "--prompt-ids", "1,2,3")
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1
