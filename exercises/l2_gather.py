@@ -4,9 +4,10 @@ Replace the stub below with your own ``slot_index``, then run
 
     python scripts/exercise.py l2
 
-which runs the project's tests with ``LESSONS_LEARNER=l2``: the block allocator then calls your
-function for every position it reserves (``l2_gather/allocator.py``, ``BlockAllocator.reserve``),
-and the pool writes and gathers K/V at the slots it returns.
+which runs the project's tests with ``LESSONS_LEARNER=l2``: they ask your function for every
+position directly, then the block allocator calls it for the first slot of every block it reserves
+(``l2_gather/allocator.py``, ``add_blocks``: a block's slots are consecutive), and the pool writes
+and gathers K/V at the slots it returns.
 
 Contract
     blocks      list[int]   the request's physical block ids, in logical order
@@ -26,6 +27,7 @@ def slot_index(blocks: list[int], block_size: int, i: int) -> int:
 
 # The project tests that check your function (scripts/exercise.py runs exactly these).
 TESTS = [
+    "tests/test_l2_gather.py::test_slot_index_at_every_position",
     "tests/test_l2_gather.py::test_slot_indices_follow_block_list",
     "tests/test_l2_gather.py::test_random_interleaved_reserve_free_never_shares_a_slot_and_never_leaks",
     "tests/test_l2_gather.py::test_l2_gather_tokens_match_l1_dense_with_scattered_blocks",

@@ -19,6 +19,19 @@ import platform
 import sys
 import time
 
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_attention")
+    ap.add_argument("--quick", action="store_true", help="tiny shapes: smoke-test the script (CPU ok)")
+    ap.add_argument("--tune", action="store_true", help="also time candidate kernel configs")
+    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles are slow)")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse(sys.argv[1:])          # a bad flag stops here, before torch and triton load
+
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -193,12 +206,7 @@ def host_us_per_call(device) -> float:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out/bench_attention")
-    ap.add_argument("--quick", action="store_true", help="tiny shapes: smoke-test the script (CPU ok)")
-    ap.add_argument("--tune", action="store_true", help="also time candidate kernel configs")
-    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles are slow)")
-    a = ap.parse_args(argv)
+    a = parse(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not a.quick:
         sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")

@@ -27,6 +27,31 @@ import random
 import sys
 import time
 
+
+ENGINES = ("l5_scheduler", "l6_prefix_cache", "l7_fast")
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_e2e")
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--min-len", type=int, default=100)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--fixed", type=int, default=None, help="also run every request with this output length, both engines")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-hf", action="store_true", help="our engine only")
+    ap.add_argument("--hf-timeout", type=float, default=420, help="stop the HF run after this many seconds")
+    ap.add_argument("--wall", action="store_true", help="also measure stage 4's one-request loop against stage 5 at batch 64")
+    ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw the .md and .png from a saved JSON")
+    ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
+    ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
+    ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse(sys.argv[1:])          # a bad flag stops here, before torch and triton load
+
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -36,8 +61,6 @@ from bench_common import build_checkpoint, ceilings, free, sync, workload  # noq
 from bench_e2e_report import markdown, plot, roofline  # noqa: E402
 from l5_scheduler import LLM, SamplingParams  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
-
-ENGINES = ("l5_scheduler", "l6_prefix_cache", "l7_fast")
 
 
 def llm_class(engine: str):
@@ -129,27 +152,6 @@ def wall(llm, device, prompt_len=512, new=64, batch=64):
                 stage4_gpu_busy=busy, batch=batch, stage5_tok_per_s=r["tok_per_s"], stage5_steps=r["steps"])
 
 
-def parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out/bench_e2e")
-    ap.add_argument("--num-requests", type=int, default=256)
-    ap.add_argument("--min-len", type=int, default=100)
-    ap.add_argument("--max-len", type=int, default=1024)
-    ap.add_argument("--fixed", type=int, default=None, help="also run every request with this output length, both engines")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--skip-hf", action="store_true", help="our engine only")
-    ap.add_argument("--hf-timeout", type=float, default=420, help="stop the HF run after this many seconds")
-    ap.add_argument("--wall", action="store_true", help="also measure stage 4's one-request loop against stage 5 at batch 64")
-    ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw the .md and .png from a saved JSON")
-    ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
-    ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
-    ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
-    a = ap.parse_args(argv)
-    if a.enforce_eager and a.engine != "l7_fast":
-        print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
-    return a
-
-
 def replot(a) -> None:
     from types import SimpleNamespace
     saved = json.load(open(a.replot))
@@ -184,6 +186,8 @@ def setup(a, device):
 
 def main(argv=None):
     a = parse(argv)
+    if a.enforce_eager and a.engine != "l7_fast":
+        print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
     t_start = time.perf_counter()
     if a.replot:
         return replot(a)

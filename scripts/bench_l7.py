@@ -41,6 +41,25 @@ import sys
 import time
 from pathlib import Path
 
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_l7")
+    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--new", type=int, default=256, help="decoded tokens, single stream")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batch-new", type=int, default=64, help="decoded tokens per request at --batch")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--host-batch", type=int, default=256, help="also measure the host at this many running "
+                    "requests, with and without the cheap branches (0: skip)")
+    ap.add_argument("--rows", default=None, help="comma-separated row indices to run (default all)")
+    ap.add_argument("--quick", action="store_true", help="tiny model, short runs: smoke-test the script (CPU ok)")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse(sys.argv[1:])          # a bad flag stops here, before torch and triton load
+
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -124,21 +143,6 @@ def kernels_last(rows, host256, model, config, config256, prompts, big, batch) -
         k = steady_kernels(model, config256, fast, big)
         host256[label].update(k, busy_pct=100 * k["gpu_busy_ms"] / host256[label]["ms_per_step"])
         print(f"batch {len(big)}, {label}: GPU busy {host256[label]['busy_pct']:.0f}%", flush=True)
-
-
-def parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out/bench_l7")
-    ap.add_argument("--prompt-len", type=int, default=512)
-    ap.add_argument("--new", type=int, default=256, help="decoded tokens, single stream")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--batch-new", type=int, default=64, help="decoded tokens per request at --batch")
-    ap.add_argument("--skip-hf", action="store_true")
-    ap.add_argument("--host-batch", type=int, default=256, help="also measure the host at this many running "
-                    "requests, with and without the cheap branches (0: skip)")
-    ap.add_argument("--rows", default=None, help="comma-separated row indices to run (default all)")
-    ap.add_argument("--quick", action="store_true", help="tiny model, short runs: smoke-test the script (CPU ok)")
-    return ap.parse_args(argv)
 
 
 def main(argv=None):

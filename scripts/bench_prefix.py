@@ -33,6 +33,27 @@ import statistics
 import sys
 import time
 
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_prefix")
+    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--system-len", type=int, default=1000)
+    ap.add_argument("--skip-nano", action="store_true", help="only the shared-prefix workload")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="runs per (workload, caching), interleaved off/on then on/off (default 2): host-bound "
+                         "step times drift within a run, so one pair can mislead")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
+    a = ap.parse_args(argv)
+    if a.repeats < 1:
+        sys.exit(f"--repeats must be >= 1, got {a.repeats}")
+    return a
+
+
+if __name__ == "__main__":
+    parse(sys.argv[1:])          # a bad flag stops here, before torch and triton load
+
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -157,23 +178,6 @@ def plot(path, meta, rows, ttfts):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"wrote {path}")
-
-
-def parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out/bench_prefix")
-    ap.add_argument("--num-requests", type=int, default=256)
-    ap.add_argument("--system-len", type=int, default=1000)
-    ap.add_argument("--skip-nano", action="store_true", help="only the shared-prefix workload")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="runs per (workload, caching), interleaved off/on then on/off (default 2): host-bound "
-                         "step times drift within a run, so one pair can mislead")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
-    a = ap.parse_args(argv)
-    if a.repeats < 1:
-        sys.exit(f"--repeats must be >= 1, got {a.repeats}")
-    return a
 
 
 def setup(a, device):

@@ -14,18 +14,18 @@ import sys
 import time
 
 import _path  # noqa: F401
-
-from harness.stages import STAGES, compare, hf_generate, select
-from l1_dense.checkpoint import resolve_model_dir
 from plumbing.cli import base_parser, load, note, run_main
-from l1_dense.generate import check_prompt
 
 
 def main(argv=None) -> int:
     p = base_parser("check_chain", __doc__)
     p.add_argument("--stages", default=None,
-                   help=f"comma-separated subset of stages to run: {', '.join(STAGES)} (default: all)")
-    args = p.parse_args(argv)
+                   help="comma-separated subset of stages to run, e.g. 'l1_dense,l5_scheduler' "
+                        "(default: all; an unknown name lists them)")
+    args = p.parse_args(argv)                # a bad flag stops here, before torch loads
+    from harness.stages import compare, hf_generate, select
+    from l1_dense.checkpoint import resolve_model_dir
+    from l1_dense.generate import check_prompt
     stages = select(args.stages)             # unknown names fail here, before the model loads
     if args.json:
         note("--json is ignored by check_chain.py: it prints a table and a verdict (the smoke scripts take --json).")

@@ -19,13 +19,8 @@ from __future__ import annotations
 import sys
 
 import _path  # noqa: F401
-import torch
-
-from harness.stages import STAGES, hf_generate, hf_model
-from l1_dense.checkpoint import resolve_model_dir
 from plumbing.cli import base_parser, load, note, run_main
 from plumbing.errors import UserError
-from l1_dense.generate import check_prompt
 
 TOL = {"float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}  # atol = rtol, on hidden states
 
@@ -52,6 +47,7 @@ def plant_transpose(kv):
 
 
 def check_side(side: str, flag: str) -> None:
+    from harness.stages import STAGES
     if side != "hf" and side not in STAGES:
         raise UserError(f"unknown {flag} {side!r}: choose hf or one of {', '.join(STAGES)}.")
     if side != "hf" and not STAGES[side].layerwise:
@@ -62,6 +58,7 @@ def check_side(side: str, flag: str) -> None:
 
 def continuation(side, ld, path, n_new) -> list[int]:
     """Side A's own greedy continuation of the prompt: the tokens both sides are fed."""
+    from harness.stages import STAGES, hf_generate
     eos = ld.model.cfg.eos_token_ids
     if side == "hf":
         return hf_generate(path, ld.prompt_ids, n_new, ld.device, next(ld.model.parameters()).dtype).token_ids
@@ -72,6 +69,8 @@ def continuation(side, ld, path, n_new) -> list[int]:
 
 def hidden_states(side, ld, path, tokens, n_prompt, plant=None):
     """Per layer, the outputs at positions 0 .. len(tokens) - 2: list of [len(tokens) - 1, hidden]."""
+    import torch
+    from harness.stages import STAGES, hf_model
     if side == "hf":
         hf = hf_model(path, ld.device, next(ld.model.parameters()).dtype)
         layers = hf.model.layers
@@ -100,7 +99,9 @@ def main(argv=None) -> int:
     p.add_argument("--b", default="l3_paged[triton]", help="side under test (default l3_paged[triton])")
     p.add_argument("--plant-bug", choices=["transpose"], default=None, help="plant a known bug in side B (a stage)")
     p.add_argument("--tol", type=float, default=None, help="atol = rtol on hidden states (default by dtype; 0 = exact)")
-    args = p.parse_args(argv)
+    args = p.parse_args(argv)                # a bad flag stops here, before torch loads
+    from l1_dense.checkpoint import resolve_model_dir
+    from l1_dense.generate import check_prompt
     check_side(args.a, "--a")
     check_side(args.b, "--b")
     if args.plant_bug and args.b == "hf":

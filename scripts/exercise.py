@@ -4,9 +4,9 @@
     python scripts/exercise.py l2 --reference     # the same tests on the project's reference
     python scripts/exercise.py l2 -- -x           # anything after -- goes to pytest
 
-Sets LESSONS_LEARNER=<lesson> (see l1_dense/exercise.py) before any stage module with a hook is
+Sets LESSONS_LEARNER=<lesson> (see plumbing/exercise.py) before any stage module with a hook is
 imported, runs the tests listed in the exercise file's TESTS with pytest, in this process, and
-ends with one verdict line: ``verdict: PASS, 7 of 7 tests passed`` or ``verdict: FAIL, ...``.
+ends with one verdict line: ``verdict: PASS, 11 of 11 tests passed`` or ``verdict: FAIL, ...``.
 Exit status 0 on PASS, 1 otherwise.
 """
 from __future__ import annotations
@@ -68,7 +68,8 @@ def verdict(outcomes: dict[str, str], rc: int) -> tuple[bool, str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="exercise", usage="%(prog)s LESSON [--reference] [-- PYTEST_ARGS ...]",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("lesson", help="l1, l2, l3, l4 (one file in exercises/ each)")
+    lessons = sorted(f.stem.split("_")[0] for f in (ROOT / "exercises").glob("l[0-9]*_*.py"))
+    p.add_argument("lesson", help=f"{', '.join(lessons)} (one file in exercises/ each)")
     p.add_argument("--reference", action="store_true", help="run the same tests on the project's reference")
     argv = sys.argv[1:] if argv is None else list(argv)
     cut = argv.index("--") if "--" in argv else len(argv)

@@ -20,7 +20,6 @@ import time
 from types import SimpleNamespace
 
 import _path  # noqa: F401
-import torch
 from wall_engine import lesson6, lesson7
 
 from plumbing.cli import run_main
@@ -82,6 +81,7 @@ def _ms(fn, reps: int) -> float:
 def lesson3(context: int, reps: int) -> None:
     """One decode step of lesson 2's pool at `context` tokens, all 36 layers: the bytes its gather
     copies (summed over the tensors it returns), the time of the gather and of attention alone."""
+    import torch
     from l1_dense.dense_kv import attend_contiguous
     from l2_gather.pool import GatherMeta, KVPool
     cfg, dt, bs = QWEN3_8B, torch.bfloat16, 16
@@ -112,6 +112,7 @@ def lesson3(context: int, reps: int) -> None:
 def lesson4(batches: list[int], reps: int) -> None:
     """The stage 4 reference sampler on random logits [B, V]: top-k 50, top-p 0.9, repetition
     penalty 1.2, 600-token histories, seeded rows (one generator per row, as in the lesson)."""
+    import torch
     from l4_sampler.params import SamplingParams
     from l4_sampler.sampler import RowState, Sampler
     V = QWEN3_8B.vocab

@@ -1,6 +1,9 @@
 """Flags never fail silently: 0 is not "the default", an ignored flag says so on stderr, bad input
 names the fix, --json stays one object on stdout while progress and notes go to stderr."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,3 +78,28 @@ def test_measure_wall_says_which_given_flags_its_lesson_ignores(capsys):
     err = capsys.readouterr().err
     assert "--context applies to lesson(s) 3 only: ignored for lesson 6" in err
     assert "--requests" not in err
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted(p for p in (ROOT / "scripts").glob("*.py") if '__name__ == "__main__"' in p.read_text())
+
+
+def heavy_imports_before_a_bad_flag(script: Path) -> tuple[int, list[str]]:
+    """Run ``script --no-such-flag``: its exit code, and torch/triton if either was imported first."""
+    r = subprocess.run([sys.executable, "-X", "importtime", str(script), "--no-such-flag"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    loaded = {ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+    return r.returncode, sorted(loaded & {"torch", "triton"})
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_a_bad_flag_is_refused_before_torch_and_triton_load(script):
+    code, heavy = heavy_imports_before_a_bad_flag(script)
+    assert code == 2 and heavy == [], (code, heavy)
+
+
+def test_the_bad_flag_check_fails_on_a_script_that_imports_torch_first(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import argparse\nimport torch\nargparse.ArgumentParser().parse_args()\n")
+    assert heavy_imports_before_a_bad_flag(planted) == (2, ["torch"])
+    assert len(SCRIPTS) >= 15                    # the smoke scripts, check_chain, compare, the benchmarks

@@ -5,12 +5,23 @@ import pytest
 
 from l1_dense.dense_kv import DenseEngine
 from l1_dense.generate import greedy_generate
+from l2_gather import allocator
 from l2_gather.allocator import AllocatorError, BlockAllocator, OutOfBlocks, Request
 from l2_gather.engine import GatherEngine
 from l2_gather.pool import KVPool
 
 PROMPTS = [[84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108], [72, 101, 108, 108, 111, 44, 32, 109, 121],
            [1, 2, 3]]
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 12, 16])
+def test_slot_index_at_every_position(block_size):
+    """``slot_index`` itself (a learner's, under ``LESSONS_LEARNER=l2``), asked for every position:
+    the allocator asks only for each block's first slot, so an offset bug would not show there."""
+    assert [allocator.slot_index([7, 2, 5], 4, i) for i in range(10)] == [28, 29, 30, 31, 8, 9, 10, 11, 20, 21]
+    blocks = random.Random(block_size).sample(range(50), 6)
+    for i in range(len(blocks) * block_size):
+        assert allocator.slot_index(blocks, block_size, i) == blocks[i // block_size] * block_size + i % block_size
 
 
 @pytest.mark.parametrize("block_size", [1, 12, 16])
