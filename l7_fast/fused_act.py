@@ -72,24 +72,3 @@ def silu_mul_ref(gate_up):
     """The torch path: silu reads MI and writes MI, the multiply reads 2MI and writes MI."""
     g, u = gate_up.chunk(2, dim=-1)
     return F.silu(g) * u                      # l1_dense MLP.forward, with gate/up from one matmul
-
-
-if __name__ == "__main__":
-    from l1_dense.config import PRESETS
-    from scripts.kernel_bench import CHECKS, Bench, fraction_equal
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    inter = PRESETS["Qwen/Qwen3-0.6B"].intermediate_size
-    for dtype, tol in CHECKS:
-        x = (4 * torch.randn(37, 2 * inter, device=device)).to(dtype)
-        out, ref = silu_mul(x), silu_mul_ref(x)
-        ok = torch.allclose(out, ref, atol=tol, rtol=tol)
-        print(f"check {str(dtype):15s} max|out - ref| = {(out.float() - ref.float()).abs().max().item():.2e}  "
-              f"bit-equal {fraction_equal(out, ref):.4f}  (atol=rtol={tol:g})  {'ok' if ok else 'FAIL'}")
-    if device == "cuda":
-        b = Bench()
-        for M in (1, 64, 4096):
-            x = torch.randn(M, 2 * inter, device=device, dtype=torch.bfloat16)
-            o = torch.empty(M, inter, device=device, dtype=torch.bfloat16)
-            b.row("silu_mul", f"{M}x{inter} bf16", 3 * M * inter * 2, lambda: silu_mul(x, out=o),
-                  lambda: silu_mul_ref(x))

@@ -114,33 +114,3 @@ def add_rms_norm_ref(x, residual, norm: RMSNorm):
     """h = residual + x  (read 2MN, write MN), then norm(h) (read MN ~4 times, write MN ~4 times)."""
     h = residual + x
     return norm(h), h
-
-
-if __name__ == "__main__":
-    from l1_dense.config import PRESETS
-    from scripts.kernel_bench import CHECKS, Bench, fraction_equal
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    N = PRESETS["Qwen/Qwen3-0.6B"].hidden_size
-    for dtype, tol in CHECKS:
-        norm = RMSNorm(N, 1e-6).to(device=device, dtype=dtype).requires_grad_(False)
-        norm.weight.copy_(torch.randn(N, device=device))
-        x, res = (torch.randn(37, N, device=device).to(dtype) for _ in range(2))
-        out, h = add_rms_norm(x, res, norm.weight, norm.eps)
-        ref, h_ref = add_rms_norm_ref(x, res, norm)
-        plain = rms_norm(x, norm.weight, norm.eps)
-        ok = (torch.equal(h, h_ref) and torch.allclose(out, ref, atol=tol, rtol=tol)
-              and torch.allclose(plain, norm(x), atol=tol, rtol=tol))
-        print(f"check {str(dtype):15s} residual exact: {torch.equal(h, h_ref)}  max|out - ref| = "
-              f"{(out.float() - ref.float()).abs().max().item():.2e}  bit-equal {fraction_equal(out, ref):.4f}  "
-              f"(atol=rtol={tol:g})  {'ok' if ok else 'FAIL'}")
-    if device == "cuda":
-        b, dtype = Bench(), torch.bfloat16
-        norm = RMSNorm(N, 1e-6).to(device=device, dtype=dtype).requires_grad_(False)
-        for M in (1, 64, 4096):
-            x, res, o, h = (torch.randn(M, N, device=device, dtype=dtype) for _ in range(4))
-            b.row("add_rms_norm", f"{M}x{N} bf16", (4 * M * N + N) * 2,
-                  lambda: add_rms_norm(x, res, norm.weight, norm.eps, out=o, residual_out=h),
-                  lambda: add_rms_norm_ref(x, res, norm))
-            b.row("rms_norm", f"{M}x{N} bf16", (2 * M * N + N) * 2,
-                  lambda: rms_norm(x, norm.weight, norm.eps), lambda: norm(x))

@@ -200,36 +200,3 @@ def rope_case(cfg, T, device, dtype, *, num_blocks, block_size=16, seed=0):
         c.V[0].fill_(float("nan"))
     slots = torch.randperm(num_blocks * block_size, device=device)[:T]    # [T] int64, distinct
     return attn, (q, k, v, cos, sin), caches, slots
-
-
-if __name__ == "__main__":
-    from dataclasses import replace
-
-    from l1_dense.config import PRESETS
-    from scripts.kernel_bench import CHECKS, Bench, fraction_equal
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = replace(PRESETS["Qwen/Qwen3-0.6B"], num_layers=1)
-    for dtype, tol in CHECKS:
-        attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(cfg, 37, device, dtype, num_blocks=8)
-        norm = dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
-        out = qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, **norm)
-        ref = qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots)
-        flat = (-1, cfg.num_kv_heads, cfg.head_dim)
-        k_w, k_ref = kv.K[0].view(flat)[slots], kv_ref.K[0].view(flat)[slots]
-        ok = (torch.allclose(out, ref, atol=tol, rtol=tol) and torch.allclose(k_w, k_ref, atol=tol, rtol=tol)
-              and torch.equal(kv.V[0].view(flat)[slots], v))
-        print(f"check {str(dtype):15s} max|q - ref| = {(out.float() - ref.float()).abs().max().item():.2e}  "
-              f"max|k - ref| = {(k_w.float() - k_ref.float()).abs().max().item():.2e}  bit-equal q "
-              f"{fraction_equal(out, ref):.4f} k {fraction_equal(k_w, k_ref):.4f}  (atol=rtol={tol:g})  "
-              f"{'ok' if ok else 'FAIL'}")
-    if device == "cuda":
-        b, dtype = Bench(), torch.bfloat16
-        for T in (1, 64, 4096):
-            attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(cfg, T, device, dtype, num_blocks=T // 16 + 1)
-            norm = dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
-            qo = torch.empty_like(q)
-            nbytes = 2 * T * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim * 2 + 2 * T * cfg.head_dim * 2
-            b.row("qk_norm_rope_write", f"T={T} H 16/8 D 128 bf16", nbytes,
-                  lambda: qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, q_out=qo, **norm),
-                  lambda: qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots))

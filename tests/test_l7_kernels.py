@@ -265,3 +265,12 @@ def test_l7_split_kv_rejects_a_bad_split_count():
     args = make_paged_batch([1], [40], 4, 2, 16, 16, F32, DEVICE)
     with pytest.raises(UserError, match="num_splits must be a host int"):
         paged_attention_split(*args, max_seqlen_q=1, num_splits=0)
+
+
+def test_the_kernel_script_checks_each_kernel_and_fails_on_a_planted_bug(monkeypatch, capsys):
+    """scripts/bench_l7_kernels.py (the kernels' check-then-time script): its check is real."""
+    import bench_l7_kernels as script
+    assert script.main(["--kernel", "act"]) == 0
+    monkeypatch.setattr(script, "silu_mul", lambda x: silu_mul_ref(x) * 1.01)
+    assert script.main(["--kernel", "act"]) == 1
+    assert "checks: FAIL in act" in capsys.readouterr().out
