@@ -5,12 +5,14 @@ Replace the stub below with your own ``reserve_or_preempt``, then run
     python scripts/exercise.py l5
 
 which runs the project's tests with ``LESSONS_LEARNER=l5``: the scheduler then calls your
-function for every running request it serves (``l5_scheduler/scheduler.py``,
-``Scheduler.schedule``, step 1 of 5.3).
+function whenever a running request's blocks cannot hold its next tokens
+(``l5_scheduler/scheduler.py``: ``Scheduler._schedule_running`` through ``_reserve_or_preempt``,
+step 1 of 5.3).
 
 Contract
-    alloc     BlockAllocator   stage 2's allocator; alloc.reserve(req.kv, n_tokens) grows req's
-                               blocks to hold n_tokens tokens, or raises OutOfBlocks and takes nothing
+    alloc     BlockManager     the scheduler's KV manager (stage 2's BlockAllocator underneath);
+                               alloc.reserve(req.kv, n_tokens) grows req's blocks to hold n_tokens
+                               tokens, or raises OutOfBlocks and takes nothing
     running   list[Request]    the running requests in admission order (the last is the youngest)
     req       Request          the request being served; it is in `running`
     n         int              its new tokens this step (1 for a decode, a chunk for a prefill)

@@ -4,9 +4,9 @@ Replace the stub below with your own ``longest_cached_prefix``, then run
 
     python scripts/exercise.py l6
 
-which runs the project's tests with ``LESSONS_LEARNER=l6``: the prefix-caching scheduler then
-calls your function for every request it admits (``l6_prefix_cache/scheduler.py``,
-``PrefixCachingScheduler._admit_blocks``, 6.3 of the lesson).
+which runs the project's tests with ``LESSONS_LEARNER=l6``: the prefix-caching KV manager then
+calls your function for every request the scheduler admits (``l6_prefix_cache/kv_manager.py``,
+``KVCacheManager.admit``, 6.3 of the lesson).
 
 Contract
     hashes      list[bytes]     the request's hash chain, one per *full* block of its tokens, in order

@@ -10,7 +10,7 @@ max_num_seqs, num_blocks and block_size. After every step the driver checks the 
     every request finishes; at the end the pool is entirely free
     outputs equal the solo run, however the request was chunked or preempted
 
-Tiers. ``make test`` runs the all-invariants test at the default example count (60, derandomized:
+Tiers. ``make test`` runs the all-invariants test at the default example count (150, derandomized:
 the same examples on every machine) and every planted bug on the workload a search once found for
 it (pinned below, already shrunk: milliseconds). ``make test-deep`` runs the per-invariant tests
 and the searches themselves from scratch, at the deep example count:

@@ -42,3 +42,22 @@ def test_lesson5_quoted_tokens_finish_and_schedule_lines_are_current():
     assert f"token ids  : {tokens}" in out
     for line in re.findall(r"`((?:finish|schedule) +: [^`]*)`", text):
         assert line in out, f"lesson 5 quotes {line!r}; l5_smoke printed:\n{out}"
+
+
+def test_lesson5_quoted_fuzz_figures_are_what_the_default_tier_prints():
+    """5.10 quotes the default tier's fuzz summary (derandomized: the same figures on every machine)."""
+    import subprocess
+    import sys
+    text = LESSON.read_text()
+    command = '$ python -m pytest -q -m "not lessons and not deep" tests/test_l5_fuzz.py'
+    block = text[text.index(command):].split("```")[0].splitlines()[1:]
+    quoted = [ln for ln in block if ln.strip() and ln.strip() != "..."]
+    assert len(quoted) >= 3, "lesson 5.10 should quote the fuzz summary and the pass line"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not lessons and not deep",
+                        "tests/test_l5_fuzz.py"], cwd=LESSON.parent.parent, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:]
+    printed = r.stdout.splitlines()
+    for ln in quoted:
+        head = ln.split(" in ")[0] if ln.endswith("s") and " passed" in ln else ln    # the time varies
+        assert any(p == ln or (head != ln and p.startswith(head + " in ")) for p in printed), \
+            f"lesson 5.10 quotes {ln!r}; the default tier printed:\n{r.stdout[-3000:]}"

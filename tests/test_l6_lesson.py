@@ -1,7 +1,7 @@
 """Lesson 6 quotes real output: the trace and metadata of the default smoke run, its summary
-lines and tokens, and measure_wall's counts (tiny Qwen3, float32, CPU: the lesson's stated
-conditions). Every quoted line holds only ints or fixed-digit ratios of ints, so the comparison
-is exact."""
+lines and tokens, the readmission line of a smaller pool, and measure_wall's counts (tiny Qwen3,
+float32, CPU: the lesson's stated conditions). Every quoted line holds only ints or fixed-digit
+ratios of ints, so the comparison is exact."""
 import contextlib
 import io
 import re
@@ -51,6 +51,18 @@ def test_lesson6_quoted_tokens_and_run_it_lines_are_current():
     assert f"token ids  : {tokens}" in off
     n_off = re.search(r"the same tokens, and (\d+) tokens computed", text).group(1)
     assert any(ln.startswith(f"prefill    : {n_off} tokens computed") for ln in off)
+
+
+@cpu_only
+def test_lesson6_quoted_readmission_with_stage5s_pool_is_current():
+    """6.7: with stage 5's 14-block pool the preempted request's cached block is evicted first."""
+    text = LESSON.read_text().replace("\n", " ")
+    m = re.search(r"`python scripts/l6_smoke\.py (--num-blocks \d+)`.*?\(`(readmissions after preemption: [^`]*)`\)",
+                  text)
+    assert m, "lesson 6 no longer quotes the readmission line of the smaller pool"
+    out = _out(l6_main, m.group(1).split())
+    assert any(ln.startswith("prefix hit : ") and ln.endswith(m.group(2)) for ln in out), \
+        f"lesson 6 quotes {m.group(2)!r} for {m.group(1)}; l6_smoke printed:\n{out}"
 
 
 def test_lesson6_quoted_wall_counts_are_what_measure_wall_prints():

@@ -4,7 +4,7 @@ Each owner of a decision has a cheap branch for the common step: the scheduler a
 only when a request's blocks cannot hold its next tokens; the allocator returns at once while the
 last block has room; the prefix cache hashes only where a block boundary was crossed; the sampler
 takes one argmax when every row is plain greedy; a StopChecker is asked only about a token that
-could end its request. tests/plain_parts.py has the same parts without the branches.
+could end its request. harness/plain_parts.py has the same parts without the branches.
 
 1. Lockstep: the real scheduler and KV manager and the plain ones run the same workloads side by
    side (shared prefixes, chunking, preemption, eviction); after every schedule and every advance
