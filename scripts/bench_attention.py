@@ -44,6 +44,7 @@ from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_attention_report import markdown, plot  # noqa: E402
+from bench_common import bench_device  # noqa: E402
 
 F = torch.nn.functional
 H_Q, H_KV, D, BLOCK_SIZE, DTYPE = 32, 8, 128, 16, torch.bfloat16
@@ -207,11 +208,8 @@ def host_us_per_call(device) -> float:
 
 def main(argv=None):
     a = parse(argv)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not a.quick:
-        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    device = bench_device(a.quick, a.out)
     bench = timer(device)
-    os.makedirs(a.out, exist_ok=True)
     if a.quick:
         batches, contexts, lengths, mixed_shape = [1, 2], [32, 64], [64], (4, 64, 16)
     else:

@@ -1,10 +1,11 @@
 """bench_attention.py's report: the markdown tables and the plot."""
 from __future__ import annotations
 
+from bench_common import pyplot
+
 
 def fmt(x, spec):
     return "n/a" if x is None else format(x, spec)
-
 
 
 def markdown(meta, dec, pre, mixed):
@@ -53,14 +54,9 @@ def markdown(meta, dec, pre, mixed):
     return "\n".join(lines)
 
 
-
 def plot(path, meta, dec, pre):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: skipping the PNG (pip install matplotlib)")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 1]})
     labels = [f"{r['B']}x{r['ctx']}" for r in dec]

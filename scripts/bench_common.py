@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import sys
 
 import torch
 
@@ -32,11 +33,9 @@ def build_checkpoint(path: str, preset: str = "Qwen/Qwen3-0.6B") -> str:
     return path
 
 
-
 def workload(n, lo, hi, vocab, seed):
     rng = random.Random(seed)
     return [([rng.randrange(vocab) for _ in range(rng.randint(lo, hi))], rng.randint(lo, hi)) for _ in range(n)]
-
 
 
 def sync():
@@ -44,12 +43,10 @@ def sync():
         torch.cuda.synchronize()
 
 
-
 def free():
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
 
 
 def ceilings(device):
@@ -65,3 +62,25 @@ def ceilings(device):
     del x, y, a
     free()
     return bw, tf
+
+
+def bench_device(quick: bool, out: str) -> str:
+    """"cuda", or "cpu" for a --quick smoke test (a full run on a CPU exits: its numbers mean
+    nothing); makes the output folder."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not quick:
+        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
+    os.makedirs(out, exist_ok=True)
+    return device
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or None (and a note) when it is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: skipping the PNG (pip install matplotlib)")
+        return None
+    return plt

@@ -57,7 +57,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import l5_scheduler  # noqa: E402  (before triton: picks GPU or interpreter)
-from bench_common import build_checkpoint, ceilings, free, sync, workload  # noqa: E402
+from bench_common import bench_device, build_checkpoint, ceilings, free, sync, workload  # noqa: E402
 from bench_e2e_report import markdown, plot, roofline  # noqa: E402
 from l5_scheduler import LLM, SamplingParams  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
@@ -191,10 +191,7 @@ def main(argv=None):
     t_start = time.perf_counter()
     if a.replot:
         return replot(a)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not a.quick:
-        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
-    os.makedirs(a.out, exist_ok=True)
+    device = bench_device(a.quick, a.out)
     path, model_name, dtype, llm, work = setup(a, device)
     cfg, ec = llm.model.cfg, llm.llm_engine.config
     bw, tf = ceilings(device)

@@ -1,6 +1,8 @@
 """bench_e2e.py's report: the roofline summed over a run's steps, the markdown table, the plot."""
 from __future__ import annotations
 
+from bench_common import pyplot
+
 
 def roofline(stats, cfg, bw_gbps, peak_tflops):
     """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor."""
@@ -27,7 +29,6 @@ def roofline(stats, cfg, bw_gbps, peak_tflops):
     return dict(floor_memory_s=mem_s, floor_memory_compute_s=both_s, bytes=total_bytes, flops=total_flops)
 
 
-
 def markdown(meta, rows):
     w = meta.get("wall")
     wall_lines = [] if not w else [
@@ -52,14 +53,9 @@ def markdown(meta, rows):
     return "\n".join(lines)
 
 
-
 def plot(path, meta, rows, stats):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: skipping the PNG")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     steps = range(len(stats))

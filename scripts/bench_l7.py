@@ -65,7 +65,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import l7_fast  # noqa: E402,F401  (before triton: picks GPU or interpreter)
-from bench_common import build_checkpoint, ceilings, free  # noqa: E402
+from bench_common import bench_device, build_checkpoint, ceilings, free  # noqa: E402
 from bench_l7_measure import (PLAIN, floor_ms, hf_ms_per_token, host_ab, make, per_decode_step, run,  # noqa: E402
                               steady_kernels, steady_time)
 from bench_l7_report import host_parts, markdown, plot  # noqa: E402
@@ -148,10 +148,7 @@ def kernels_last(rows, host256, model, config, config256, prompts, big, batch) -
 def main(argv=None):
     a = parse(argv)
     t_start = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not a.quick:
-        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
-    os.makedirs(a.out, exist_ok=True)
+    device = bench_device(a.quick, a.out)
     if a.quick:
         path, model_name = str(tiny_checkpoint("qwen3")), "tiny-qwen3"
         a.prompt_len, a.new, a.batch, a.batch_new = 16, 4, 4, 3
@@ -207,7 +204,7 @@ def save(out, meta, rows) -> None:
     with open(os.path.join(out, "bench_l7.md"), "w") as f:
         f.write(md + "\n")
     plot(os.path.join(out, "bench_l7.png"), meta, rows)
-    print(f"wrote {out}/bench_l7.json, .md, .png")
+    print(f"wrote {out}/bench_l7.json and .md")
 
 
 if __name__ == "__main__":

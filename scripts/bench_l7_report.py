@@ -1,6 +1,8 @@
 """The stage 7 ledger's report: the markdown table and the plot (scripts/bench_l7.py writes both)."""
 from __future__ import annotations
 
+from bench_common import pyplot
+
 HOST_PARTS = ("schedule_ms", "execute_ms", "advance_ms", "sample_ms")
 
 
@@ -46,12 +48,8 @@ def markdown(meta, rows) -> str:
 
 
 def plot(path, meta, rows):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     x = range(len(rows))

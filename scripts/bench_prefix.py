@@ -59,7 +59,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import l6_prefix_cache  # noqa: E402,F401  (before triton: picks GPU or interpreter)
-from bench_common import build_checkpoint, ceilings, free, sync, workload  # noqa: E402
+from bench_common import bench_device, build_checkpoint, ceilings, free, pyplot, sync, workload  # noqa: E402
 from bench_e2e_report import roofline  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
 from l6_prefix_cache import LLM, SamplingParams  # noqa: E402
@@ -154,12 +154,8 @@ def markdown(meta, rows):
 
 
 def plot(path, meta, rows, ttfts):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib not installed: skipping the PNG")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     for (w, caching), t in ttfts.items():
@@ -213,10 +209,7 @@ def setup(a, device):
 def main(argv=None):
     a = parse(argv)
     t_start = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and not a.quick:
-        sys.exit("no GPU: run with --quick to smoke-test the script (CPU numbers are not performance)")
-    os.makedirs(a.out, exist_ok=True)
+    device = bench_device(a.quick, a.out)
     llm, works, model_name, dtype, described = setup(a, device)
     ec = llm.config
     bw, tf = ceilings(device)

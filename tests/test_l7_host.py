@@ -309,12 +309,23 @@ def _serve(e, params, plain=False):
              [(lp.token_id, round(lp.logprob, 5)) for lp in o.logprobs] if o.logprobs else None) for o in outs]
 
 
+def _count_pipeline_and_stop_calls(monkeypatch) -> dict:
+    """Counts, from now on, the sampler's full pipeline (its ``_check``) and ``StopChecker.update``."""
+    import l4_sampler.sampler as sampler_mod
+    calls = {"pipeline": 0, "update": 0}
+    real_check, real_update = sampler_mod._check, StopChecker.update
+    monkeypatch.setattr(sampler_mod, "_check", lambda *a: calls.__setitem__("pipeline", calls["pipeline"] + 1)
+                        or real_check(*a))
+    monkeypatch.setattr(StopChecker, "update", lambda self, ids: calls.__setitem__("update", calls["update"] + 1)
+                        or real_update(self, ids))
+    return calls
+
+
 def test_l7_cheap_branches_change_nothing_a_step_computes(tiny, monkeypatch):
     """The same requests through the real parts and the plain ones: identical tokens, finish and stop
     reasons, logprobs and per-step stats (every field), on a workload with every kind of row (stop
     ids, stop strings, min_tokens, logprobs, seeded sampling) that preempts and hits the prefix
     cache; and the real engine took its branches (argmax-only batches, StopCheckers skipped)."""
-    import l4_sampler.sampler as sampler_mod
     from l1_dense.checkpoint import load_tokenizer
     from l5_scheduler.config import make_config
     model, path = tiny("qwen3")
@@ -333,12 +344,7 @@ def test_l7_cheap_branches_change_nothing_a_step_computes(tiny, monkeypatch):
               SamplingParams(temperature=0, max_tokens=7, logprobs=2),
               SamplingParams(temperature=0.9, seed=5, max_tokens=9),
               free, free, free]
-    calls = {"pipeline": 0, "update": 0}
-    real_check, real_update = sampler_mod._check, StopChecker.update
-    monkeypatch.setattr(sampler_mod, "_check", lambda *a: calls.__setitem__("pipeline", calls["pipeline"] + 1)
-                        or real_check(*a))
-    monkeypatch.setattr(StopChecker, "update", lambda self, ids: calls.__setitem__("update", calls["update"] + 1)
-                        or real_update(self, ids))
+    calls = _count_pipeline_and_stop_calls(monkeypatch)
     real, plain = _engines(model, tok, cfg)
     got = _serve(real, params)
     real_calls = dict(calls)
@@ -358,18 +364,12 @@ def test_l7_cheap_branches_change_nothing_a_step_computes(tiny, monkeypatch):
 def test_l7_plain_greedy_batch_never_enters_the_pipeline(tiny, monkeypatch):
     """A batch of plain greedy rows takes the sampler's argmax branch, and the StopChecker runs only on
     the tokens that can stop a request (here: the last, at max_tokens)."""
-    import l4_sampler.sampler as sampler_mod
     from l5_scheduler.config import make_config
     from l7_fast import build_engine
     model, _ = tiny("qwen3")
     cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=8, num_gpu_blocks_override=40,
                       max_num_batched_tokens=64, max_num_seqs=4)
-    calls = {"pipeline": 0, "update": 0}
-    real_check, real_update = sampler_mod._check, StopChecker.update
-    monkeypatch.setattr(sampler_mod, "_check", lambda *a: calls.__setitem__("pipeline", calls["pipeline"] + 1)
-                        or real_check(*a))
-    monkeypatch.setattr(StopChecker, "update", lambda self, ids: calls.__setitem__("update", calls["update"] + 1)
-                        or real_update(self, ids))
+    calls = _count_pipeline_and_stop_calls(monkeypatch)
     e = build_engine(model, None, cfg, impl="torch", fused_ops=False)
     for i in range(4):
         e.add_request({"prompt_token_ids": _own(9, i)}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=6))
