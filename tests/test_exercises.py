@@ -55,7 +55,11 @@ def _runs(section):
 
 
 def _run(command, cwd, env_extra=None, timeout=300):
-    env = {k: v for k, v in os.environ.items() if k not in (exercise.ENV, exercise.DIR_ENV)}
+    # The command runs as a learner would type it: without the exercise switches and without the
+    # PYTEST_* settings (PYTEST_ADDOPTS, PYTEST_PLUGINS) of whatever pytest runs this file (a CI
+    # runner's -rN would hide the "FAILED ..." lines a lesson quotes).
+    env = {k: v for k, v in os.environ.items()
+           if k not in (exercise.ENV, exercise.DIR_ENV) and not k.startswith("PYTEST_")}
     env.update(env_extra or {})
     argv = [sys.executable if a == "python" else a for a in shlex.split(command)]
     r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -3,6 +3,7 @@ its schedule line (tiny Qwen3, float32, CPU: the lesson's stated conditions). Tr
 only ints, so they are compared exactly."""
 import contextlib
 import io
+import os
 import re
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def test_lesson5_quoted_fuzz_figures_are_what_the_default_tier_prints():
     quoted = [ln for ln in block if ln.strip() and ln.strip() != "..."]
     assert len(quoted) >= 3, "lesson 5.10 should quote the fuzz summary and the pass line"
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not lessons and not deep",
-                        "tests/test_l5_fuzz.py"], cwd=LESSON.parent.parent, capture_output=True, text=True, timeout=600)
+                        "tests/test_l5_fuzz.py"], cwd=LESSON.parent.parent, capture_output=True, text=True, timeout=600,
+                       env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")})  # as a learner runs it
     assert r.returncode == 0, r.stdout[-3000:]
     printed = r.stdout.splitlines()
     for ln in quoted:
