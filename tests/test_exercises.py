@@ -67,8 +67,9 @@ def _run(command, cwd, env_extra=None, timeout=300):
 
 
 def _assert_quoted(lines, out, where):
-    """Each quoted line is a whole output line; one ending in ' | ...' (float columns elided,
-    their last digits vary by machine) is the start of an output line."""
+    """Each quoted line is a whole output line; one ending in ' ...' is the start of an output line
+    (float columns whose last digits vary by machine, or pytest's "FAILED <test> - <message>",
+    whose message is cut to the terminal's width, or printed whole where CI is set)."""
     printed = out.splitlines()
     for ln in lines:
         ok = (any(p.startswith(ln[:-4]) for p in printed) if ln.endswith(" ...") else ln in printed)
