@@ -60,7 +60,7 @@ def _split_chunk(kv_len, num_splits, BLOCK_N: tl.constexpr):
     return tl.cdiv(tl.cdiv(kv_len, num_splits), BLOCK_N) * BLOCK_N
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])   # a runtime int: no variant per split count
 def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt_ptr, qk_scale, num_splits,
                      stride_qt, stride_qh,                     # q   [S, H_q, D]
                      stride_kb, stride_ks, stride_kh,          # k   [num_blocks, block_size, H_kv, D]
@@ -112,7 +112,7 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt
     tl.store(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=io_mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, kv_lens_ptr, num_splits, stride_ot, stride_oh,
                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
                   BLOCK_N: tl.constexpr):

@@ -29,24 +29,29 @@ import numpy as np
 import torch
 
 I64, I32 = 8, 4
+ALIGN = 16                                          # bytes: Triton's pointer specialization
 
 
 class Layout:
-    """Byte offsets of each field for a step of T tokens, S sequences, L logits rows, U changes."""
+    """Byte offsets of each field for a step of T tokens, S sequences, L logits rows, U changes.
+    Every field starts on a 16-byte boundary: Triton compiles a kernel once per alignment of each
+    pointer argument (16 bytes or not), so fields at offsets that follow T's and S's parity would
+    make the attention kernel compile up to four variants of each tile for the same step shapes."""
 
     def __init__(self, T: int, S: int, L: int, U: int):
         self.T, self.S, self.L, self.U = T, S, L, U
-        o = 0
-        self.ids, o = o, o + T * I64
-        self.positions, o = o, o + T * I64
-        self.slots, o = o, o + T * I64
-        self.logits, o = o, o + L * I64
-        self.cu, o = o, o + (S + 1) * I32
-        self.seq_lens, o = o, o + S * I32
-        self.rows, o = o, o + S * I32
-        o = -(-o // I64) * I64                      # align the int64 changes
-        self.upd_index, o = o, o + U * I64
-        self.upd_block, o = o, o + U * I32
+        def up(o):                                   # the next 16-byte boundary
+            return -(-o // ALIGN) * ALIGN
+        self.ids = 0
+        self.positions = up(T * I64)
+        self.slots = up(self.positions + T * I64)
+        self.logits = up(self.slots + T * I64)
+        self.cu = up(self.logits + L * I64)
+        self.seq_lens = up(self.cu + (S + 1) * I32)
+        self.rows = up(self.seq_lens + S * I32)
+        self.upd_index = up(self.rows + S * I32)
+        self.upd_block = up(self.upd_index + U * I64)
+        o = up(self.upd_block + U * I32)
         self.nbytes = o
 
 
