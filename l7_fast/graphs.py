@@ -45,6 +45,7 @@ class GraphRunner:
     ops = property(lambda self: self.runner.ops)
     split_kv = property(lambda self: self.runner.split_kv)
     mode_log = property(lambda self: self.runner.mode_log)
+    warmup_report = property(lambda self: self.runner.warmup_report)
 
     def capture(self) -> None:
         """One graph per bucket, largest first, all sharing one memory pool."""

@@ -13,11 +13,14 @@ The parts stage 7 adds, each its own file and each switchable:
     attention  split-KV for small decode batches (attention_split.py, cache.py)
     inputs     one pinned copy per step, the block table updated by diffs (step_inputs.py)
     runner     FastRunner, eager (runner.py), wrapped by GraphRunner (graphs.py) on a GPU
+    start-up   on a GPU, every kernel variant the engine can launch is compiled first (warmup.py)
     profiler   optional: times the parts of each step (profile.py)
 
 On a CPU there is no CUDA graph: every step runs eagerly, through the Triton interpreter.
 """
 from __future__ import annotations
+
+import sys
 
 from l1_dense.model import TorchOps
 from l5_scheduler import llm as stage5
@@ -26,6 +29,7 @@ from l6_prefix_cache import llm as stage6
 from .graphs import GraphRunner
 from .ops import FusedOps
 from .runner import FastRunner
+from .warmup import warm_up
 
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
@@ -34,6 +38,9 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed)."""
     ops = FusedOps(model) if fused_ops else TorchOps()
     runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
+    if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
+        runner.warmup_report = warm_up(runner, progress=True)
+        print(runner.warmup_report.line(), file=sys.stderr)
     if not enforce_eager and runner.device.type == "cuda" and impl == "triton":
         runner = GraphRunner(runner)                 # the torch reference attention cannot be captured
     return stage6.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, runner=runner,

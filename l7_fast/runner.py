@@ -59,6 +59,7 @@ class FastRunner:
         self.buckets = graph_buckets(config.max_num_seqs)
         self._arange = np.arange(config.max_num_seqs + 2)     # cu_seqlens and logits rows of a decode step
         self.mode_log: list[str] = []                # every step's mode: "eager" or "graph B" (graphs.py)
+        self.warmup_report = None                    # warmup.WarmupReport, after start-up on a GPU (llm.py)
 
     # ---- the split choice: host ints only -------------------------------------------------------
     def decode_splits(self, batch: int) -> int:
