@@ -46,6 +46,8 @@ def parse(argv):
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
     ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="skip the script's own warm-up: time the first generate after LLM(), as a user's first call")
     return ap.parse_args(argv)
 
 
@@ -61,6 +63,7 @@ from bench_common import bench_device, build_checkpoint, ceilings, free, sync, w
 from bench_e2e_report import markdown, plot, roofline  # noqa: E402
 from l5_scheduler import LLM, SamplingParams  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
+from l7_fast.warmup import cache_entries, triton_cache_dir  # noqa: E402
 
 
 def llm_class(engine: str):
@@ -163,7 +166,8 @@ def replot(a) -> None:
 
 
 def setup(a, device):
-    """The checkpoint, our LLM (warmed up) and the workload."""
+    """The checkpoint, our LLM (timed: its start-up) and the workload; then, unless --no-warmup, a
+    warm-up on prompts disjoint from the measured ones (another seed: no prefix-cache hits)."""
     if a.quick:
         path, a.num_requests, a.min_len, a.max_len, model_name = str(tiny_checkpoint("qwen3")), 8, 4, 24, "tiny-qwen3"
         dtype = torch.float32 if device == "cpu" else torch.bfloat16
@@ -171,17 +175,33 @@ def setup(a, device):
         path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), \
             "Qwen3-0.6B shape, random weights", torch.bfloat16
     kw = dict(enforce_eager=a.enforce_eager) if a.engine == "l7_fast" else {}
+    cache = dict(dir=triton_cache_dir(), entries_before_start=len(cache_entries()))
+    sync()
+    t = time.perf_counter()
     llm = llm_class(a.engine)(path, device=device, dtype=dtype, seed=a.seed, **kw)
+    sync()
+    start = dict(seconds=time.perf_counter() - t, triton_cache=cache)
+    cache["entries_after_start"] = len(cache_entries())
+    report = getattr(llm.llm_engine.runner, "warmup_report", None)
+    if report is not None:
+        start["warmup"] = dict(shapes=len(report.shapes), seconds=report.seconds, new_cache_entries=report.new_entries)
+    print(f"start-up: LLM() took {start['seconds']:.1f} s; Triton cache {cache['dir']}: {cache['entries_before_start']} "
+          f"entries before, {cache['entries_after_start']} after")
     work = workload(a.num_requests, a.min_len, a.max_len, llm.model.cfg.vocab_size, a.seed)
     ec = llm.llm_engine.config
     print(f"{len(work)} requests, prompts {a.min_len}..{a.max_len}, outputs {a.min_len}..{a.max_len}; engine: "
           f"{ec.num_blocks} blocks x {ec.block_size}, budget {ec.max_num_batched_tokens}, max_num_seqs {ec.max_num_seqs}")
-    # Warm-up: compile the kernel for every tile config the run will pick (decode, mixed, prefill, long prefill).
-    warm = work[:16] + ([([1] * 2100, 2)] if not a.quick else [])
-    t = time.perf_counter()
-    run_ours(llm, [(p, 4) for p, _ in warm])
-    print(f"warm-up: {time.perf_counter() - t:.1f} s")
-    return path, model_name, dtype, llm, work
+    if a.no_warmup:
+        start["bench_warmup_s"] = None
+        print("warm-up: skipped (--no-warmup): the timed run is the first generate after start-up")
+    else:                          # stages 5-6 compile on first launch: every tile (decode, mixed, prefill, long)
+        warm = workload(16, a.min_len, a.max_len, llm.model.cfg.vocab_size, a.seed + 1) + \
+            ([([1] * 2100, 2)] if not a.quick else [])
+        t = time.perf_counter()
+        run_ours(llm, [(p, 4) for p, _ in warm])
+        start["bench_warmup_s"] = time.perf_counter() - t
+        print(f"warm-up: {start['bench_warmup_s']:.1f} s (16 prompts of another seed, disjoint from the measured ones)")
+    return path, model_name, dtype, llm, work, start
 
 
 def main(argv=None):
@@ -192,7 +212,7 @@ def main(argv=None):
     if a.replot:
         return replot(a)
     device = bench_device(a.quick, a.out)
-    path, model_name, dtype, llm, work = setup(a, device)
+    path, model_name, dtype, llm, work, start = setup(a, device)
     cfg, ec = llm.model.cfg, llm.llm_engine.config
     bw, tf = ceilings(device)
     import transformers
@@ -204,15 +224,18 @@ def main(argv=None):
                 workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.min_len}, {a.max_len}], "
                          "random ids, ignore_eos, greedy",
                 engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,
-                            max_num_batched_tokens=ec.max_num_batched_tokens, max_num_seqs=ec.max_num_seqs))
+                            max_num_batched_tokens=ec.max_num_batched_tokens, max_num_seqs=ec.max_num_seqs),
+                start=start)
     variants = [("variable", None)] + ([(f"fixed {a.fixed}", a.fixed)] if a.fixed else [])
     rows, schedule = [], None
     for variant, fixed in variants:
         r, stats = run_ours(llm, work, fixed)
         r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf) if bw else None)
         schedule = schedule or stats
+        r["new_cache_entries"] = len(cache_entries()) - start["triton_cache"]["entries_after_start"]
         rows.append(r)
-        print(f"ours  {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s, {r['steps']} steps")
+        print(f"ours  {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s, {r['steps']} steps, "
+              f"{r['new_cache_entries']} Triton cache entries written since start-up")
     if a.wall:                                # last: the profiler slows every later launch
         meta["wall"] = report_wall(wall(llm, device, *((64, 8, 4) if a.quick else ())))
     del llm

@@ -29,6 +29,24 @@ def roofline(stats, cfg, bw_gbps, peak_tflops):
     return dict(floor_memory_s=mem_s, floor_memory_compute_s=both_s, bytes=total_bytes, flops=total_flops)
 
 
+def start_lines(st, rows, gpu=True) -> list[str]:
+    """Start-up and the Triton cache: what a first process on a fresh machine pays, and where."""
+    if not st:
+        return []
+    c = st["triton_cache"]
+    state = "unused (the CPU's interpreter compiles nothing)" if not gpu else "empty (a cold start)" \
+        if c["entries_before_start"] == 0 else f"holding {c['entries_before_start']} entries (warm)"
+    w = st.get("warmup")
+    compiled = ", ".join(f"{r['variant']}: {r['new_cache_entries']}" for r in rows if "new_cache_entries" in r)
+    return [f"Start-up: `LLM(...)` took {st['seconds']:.1f} s with the Triton cache ({c['dir']}) {state}"
+            + (f"; it ran {w['shapes']} step shapes in {w['seconds']:.1f} s and wrote {w['new_cache_entries']} "
+               "cache entries" if w else "")
+            + ("; the script's warm-up was skipped (--no-warmup): the timed run is the first generate"
+               if st.get("bench_warmup_s") is None else
+               f"; the script's warm-up (16 other prompts) took {st['bench_warmup_s']:.1f} s")
+            + f". Cache entries written after start-up, up to the end of each timed run: {compiled or 'n/a'}.", ""]
+
+
 def markdown(meta, rows):
     w = meta.get("wall")
     wall_lines = [] if not w else [
@@ -40,6 +58,7 @@ def markdown(meta, rows):
              f"{meta['transformers']}; model {meta['model']} ({meta['dtype']}); {meta['workload']}. "
              + (f"Measured here: copy bandwidth {meta['copy_GBps']:.0f} GB/s, bf16 matmul {meta['matmul_TFLOPs']:.0f} TFLOP/s."
                 if meta["copy_GBps"] else "CPU: no roofline (interpreter timings are not performance)."), "",
+             *start_lines(meta.get("start"), rows, gpu=bool(meta["copy_GBps"])),
              "| variant | engine | output tokens | seconds | output tok/s | steps | preemptions | memory floor (s) | "
              "% of memory roofline | mem+compute floor (s) | % of roofline |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
