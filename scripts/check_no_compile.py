@@ -40,20 +40,16 @@ def parse(argv):
     return ap.parse_args(argv)
 
 
-A = parse(sys.argv[1:]) if __name__ == "__main__" else None     # a bad flag stops here, before torch loads
-if A is not None:
-    CACHE = A.cache_dir or tempfile.mkdtemp(prefix="triton-cache-")
-    if os.path.isdir(CACHE) and os.listdir(CACHE):
-        sys.exit(f"--cache-dir {CACHE} is not empty: give an empty or new directory (the check starts cold)")
-    os.environ["TRITON_CACHE_DIR"] = CACHE                        # before triton is imported
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import l7_fast  # noqa: E402,F401  (before triton: picks GPU or interpreter)
-from l4_sampler.params import SamplingParams  # noqa: E402
-from l7_fast.warmup import cache_entries, triton_cache_dir  # noqa: E402
+def use_empty_cache(path: str | None) -> str:
+    """Point Triton at an empty cache; before triton is imported (main imports it after this)."""
+    path = path or tempfile.mkdtemp(prefix="triton-cache-")
+    if os.path.isdir(path) and os.listdir(path):
+        sys.exit(f"--cache-dir {path} is not empty: give an empty or new directory (the check starts cold)")
+    os.environ["TRITON_CACHE_DIR"] = path
+    return path
 
 
 def plant() -> None:
@@ -71,6 +67,7 @@ def plant() -> None:
 
 def batches(vocab: int, max_len: int, budget: int, max_seqs: int, seed: int):
     """(name, prompts, params) per generate call of the workload; prompt + output fit max_len."""
+    from l4_sampler.params import SamplingParams
     rng = random.Random(seed)
     top = max_len - 40
     ids = lambda n: [rng.randrange(vocab) for _ in range(n)]                       # noqa: E731
@@ -94,6 +91,7 @@ def batches(vocab: int, max_len: int, budget: int, max_seqs: int, seed: int):
 
 
 def new_kernels(cache: str, before: set) -> list[str]:
+    from l7_fast.warmup import cache_entries
     out = []
     for entry in sorted(cache_entries(cache) - before):
         names = sorted({f.split(".")[0].replace("__grp__", "") for f in os.listdir(os.path.join(cache, entry))})
@@ -101,8 +99,13 @@ def new_kernels(cache: str, before: set) -> list[str]:
     return out
 
 
-def main() -> int:
-    a = A
+def main(argv=None) -> int:
+    a = parse(argv)                                       # a bad flag stops here, before torch loads
+    wanted = use_empty_cache(a.cache_dir)
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
+    import torch
+    import l7_fast  # noqa: F401  (before triton: picks GPU or interpreter)
+    from l7_fast.warmup import cache_entries, triton_cache_dir
     if not torch.cuda.is_available():
         print("check_no_compile needs a CUDA device: the Triton interpreter (CPU) compiles nothing. "
               "On the CPU, pytest tests/test_l7_warmup.py checks that start-up launches every variant.")
@@ -117,7 +120,8 @@ def main() -> int:
         from bench_common import build_checkpoint
         path = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random"))
     cache = triton_cache_dir()
-    assert os.path.abspath(cache) == os.path.abspath(CACHE), f"Triton uses {cache}, not {CACHE}"
+    if os.path.abspath(cache) != os.path.abspath(wanted):
+        sys.exit(f"Triton uses the cache {cache}, not {wanted}: was triton imported before this script set it?")
     t0 = time.perf_counter()
     llm = LLM(path, device="cuda", dtype=a.dtype, seed=a.seed)
     print(f"start-up: {time.perf_counter() - t0:.1f} s ({a.model}, {a.dtype}, Triton cache {cache}: "
@@ -141,4 +145,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
