@@ -67,6 +67,10 @@ class FastRunner:
             return 1
         return pick_num_splits(batch, self.cfg.num_kv_heads, self.config.max_model_len, _num_sms(self.device))
 
+    def step_splits(self, n: int, decode: bool) -> int:
+        """Key splits of a step of n sequences: a decode step splits as a replay of its bucket would."""
+        return self.decode_splits(self.bucket(n) or n) if decode else 1
+
     def bucket(self, n: int) -> int | None:
         for b in self.buckets:
             if b >= n:
@@ -140,7 +144,7 @@ class FastRunner:
         n = len(out.scheduled)
         lay, max_kv = self.prepare(out)
         decode = out.num_tokens == n                 # every scheduled request computes one token
-        splits = self.decode_splits(self.bucket(n) or n) if decode else 1   # as a replay of this batch would
+        splits = self.step_splits(n, decode)
         max_q = 1 if decode else max([m for _, m in out.scheduled])
         if self.check:
             self.check_step(out, lay, max_q)

@@ -53,7 +53,7 @@ def attention_choice(runner, max_q: int, T: int, S: int, decode: bool) -> tuple:
     g_pad = triton.next_power_of_2(cfg.num_heads // cfg.num_kv_heads)
     d_pad = max(16, triton.next_power_of_2(cfg.head_dim))
     if decode:
-        splits = runner.decode_splits(runner.bucket(S) or S)
+        splits = runner.step_splits(S, True)
         if splits > 1 and cfg.head_dim <= 256:
             return ("split", split_config(S, g_pad, d_pad, dtype), triton.next_power_of_2(splits))
         max_q = 1
@@ -103,8 +103,7 @@ def run_shape(runner, q_lens) -> None:
     runner.buf.write(lay, [0] * T, positions, [runner.cache.pad_slot] * T, [x - 1 for x in cu[1:]], cu,
                      list(q_lens), [runner.buf.pad_row] * S, [], [])
     runner.buf.upload(lay)
-    splits = runner.decode_splits(runner.bucket(S) or S) if decode else 1
-    runner.forward(lay, max(q_lens), max(q_lens), splits)
+    runner.forward(lay, max(q_lens), max(q_lens), runner.step_splits(S, decode))
 
 
 def triton_cache_dir() -> str:

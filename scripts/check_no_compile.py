@@ -52,17 +52,16 @@ def use_empty_cache(path: str | None) -> str:
     return path
 
 
-def plant() -> None:
-    """Steps of exactly 3 sequences with a query longer than 1 get 32-key tiles: a variant no
-    start-up shape (S = 1, or S = max_num_seqs) makes."""
-    import l3_paged.attention_triton as attention
+def planted(pick):
+    """``pick`` (stage 3's tile picker) with a planted variant: steps of exactly 3 sequences with a
+    query longer than 1 get 32-key tiles, which no start-up shape (S = 1, or S = max_num_seqs) makes.
+    tests/test_l7_warmup.py plants the same one on the CPU."""
     from l3_paged.kernel_config import KernelConfig
-    pick = attention.pick_config
 
-    def planted(max_seqlen_q, num_tokens, num_seqs, *a):
+    def pick_planted(max_seqlen_q, num_tokens, num_seqs, *a):
         cfg = pick(max_seqlen_q, num_tokens, num_seqs, *a)
         return KernelConfig(cfg.block_q, 32, 2, 2) if num_seqs == 3 and max_seqlen_q > 1 else cfg
-    attention.pick_config = planted
+    return pick_planted
 
 
 def batches(vocab: int, max_len: int, budget: int, max_seqs: int, seed: int):
@@ -111,7 +110,8 @@ def main(argv=None) -> int:
               "On the CPU, pytest tests/test_l7_warmup.py checks that start-up launches every variant.")
         return 2
     if a.plant:
-        plant()
+        import l3_paged.attention_triton as attention
+        attention.pick_config = planted(attention.pick_config)
     from l7_fast import LLM
     if a.model == "tiny-qwen3":
         from plumbing.tiny import tiny_checkpoint

@@ -25,11 +25,12 @@ import torch
 
 import l3_paged.attention_triton as l3_attention
 from l3_paged import kernel_config
-from l3_paged.kernel_config import KernelConfig
 from l4_sampler.params import SamplingParams
 from l7_fast import LLM
 from l7_fast import attention_split, fused_act, fused_norm, fused_rope, warmup
 from l7_fast.warmup import plan, warm_up
+
+from check_no_compile import planted              # scripts/: the GPU check plants the same variant
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.cuda.is_available()
@@ -140,12 +141,7 @@ def test_l7_start_up_plan_lists_each_choice_once_with_a_shape_that_makes_it(star
 def test_l7_a_planted_variant_start_up_cannot_see_is_caught(started, monkeypatch):
     """A tile choice for steps of exactly 3 sequences: the plan never probes S = 3, so start-up did
     not compile it; the workload's 3-prompt step launches it."""
-    pick = l3_attention.pick_config
-
-    def planted(max_seqlen_q, num_tokens, num_seqs, *a):
-        cfg = pick(max_seqlen_q, num_tokens, num_seqs, *a)
-        return KernelConfig(cfg.block_q, 32, 2, 2) if num_seqs == 3 and max_seqlen_q > 1 else cfg
-    monkeypatch.setattr(l3_attention, "pick_config", planted)
+    monkeypatch.setattr(l3_attention, "pick_config", planted(l3_attention.pick_config))
     missing = _served(started, seed=1, workload=WORKLOAD[1:2]) - started[1]
     assert missing and all(v[0] == "_paged_attn_kernel" and ("BLOCK_N", 32) in v for v in missing), missing
 
