@@ -35,6 +35,9 @@ def parse(argv):
     ap.add_argument("--cache-dir", default=None, help="the Triton cache to use; must be empty or absent "
                                                       "(default: a new temporary directory)")
     ap.add_argument("--out", default="out/check_no_compile", help="where the qwen3-0.6b checkpoint is built")
+    ap.add_argument("--num-gpu-blocks", type=int, default=None,
+                    help="KV pool size in blocks (LLM's num_gpu_blocks_override; default: 90%% of free GPU memory); "
+                         "the tests pass a small pool so that the check runs beside other GPU tests")
     ap.add_argument("--plant", action="store_true", help="plant a tile choice start-up cannot see (must fail)")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
     if os.path.abspath(cache) != os.path.abspath(wanted):
         sys.exit(f"Triton uses the cache {cache}, not {wanted}: was triton imported before this script set it?")
     t0 = time.perf_counter()
-    llm = LLM(path, device="cuda", dtype=a.dtype, seed=a.seed)
+    llm = LLM(path, device="cuda", dtype=a.dtype, seed=a.seed, num_gpu_blocks_override=a.num_gpu_blocks)
     print(f"start-up: {time.perf_counter() - t0:.1f} s ({a.model}, {a.dtype}, Triton cache {cache}: "
           f"{len(cache_entries(cache))} entries after start-up)")
     before = cache_entries(cache)

@@ -150,7 +150,8 @@ def test_l7_a_planted_variant_start_up_cannot_see_is_caught(started, monkeypatch
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("plant", [False, True], ids=["as shipped", "planted variant"])
 def test_l7_nothing_compiles_after_start_up_on_the_gpu(plant, tmp_path):
-    argv = [sys.executable, "scripts/check_no_compile.py", "--cache-dir", str(tmp_path / "triton")]
+    argv = [sys.executable, "scripts/check_no_compile.py", "--cache-dir", str(tmp_path / "triton"),
+            "--num-gpu-blocks", "512"]                 # a small pool: runs beside other GPU tests (pytest -n)
     r = subprocess.run(argv + (["--plant"] if plant else []), cwd=ROOT, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     out = r.stdout + r.stderr
