@@ -109,6 +109,10 @@ class TorchOps:
         """SwiGLU's gate: ``silu(gate_proj(x)) * up_proj(x)``, [T, intermediate]."""
         return F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)
 
+    def linear(self, lin, x):
+        """The projections back to the residual stream (o_proj, down_proj): ``lin(x)``."""
+        return lin(x)
+
 
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int):
@@ -132,7 +136,7 @@ class Attention(nn.Module):
         k = k.view(T, self.h_kv, self.d)                # [T, H_kv, D]
         v = v.view(T, self.h_kv, self.d)                # [T, H_kv, D]
         o = ops.rope_attend(self, q, k, v, cos, sin, kv, meta)   # [T, H_q, D], token-major
-        return self.o_proj(o.reshape(T, self.h_q * self.d))  # no transpose: already token-major
+        return ops.linear(self.o_proj, o.reshape(T, self.h_q * self.d))  # token-major: no transpose
 
 
 class MLP(nn.Module):
@@ -143,7 +147,7 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x, ops):  # [T, hidden] -> [T, inter] -> [T, hidden]
-        return self.down_proj(ops.gate_up_act(self, x))      # silu(gate_proj(x)) * up_proj(x)
+        return ops.linear(self.down_proj, ops.gate_up_act(self, x))   # silu(gate_proj(x)) * up_proj(x)
 
 
 class DecoderLayer(nn.Module):

@@ -5,11 +5,12 @@ manager), given a fast runner.
     llm = LLM(None)                                   # the built-in tiny Qwen3
     llm = LLM(None, enforce_eager=True)               # no CUDA graphs (vLLM's name)
     llm = LLM(None, fused_ops=False, split_kv=False)  # the torch ops, stage 3's attention kernel
+    llm = LLM(None, gemv=False)                       # cuBLAS for every matmul, small steps too
     llm.llm_engine.runner.graph_bytes                 # memory the captured graphs hold
 
 The parts stage 7 adds, each its own file and each switchable:
 
-    ops        FusedOps (ops.py: fused_norm, fused_act, fused_rope)   or the skeleton's TorchOps
+    ops        FusedOps (ops.py: fused_norm, fused_act, fused_rope, gemv)   or the skeleton's TorchOps
     attention  split-KV for small decode batches (attention_split.py, cache.py)
     inputs     one pinned copy per step, the block table updated by diffs (step_inputs.py)
     runner     FastRunner, eager (runner.py), wrapped by GraphRunner (graphs.py) on a GPU
@@ -33,10 +34,10 @@ from .warmup import warm_up
 
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
-                 fused_ops: bool = True, split_kv: bool = True, profiler=None, impl: str = "triton",
+                 fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, profiler=None, impl: str = "triton",
                  check: bool = False, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed)."""
-    ops = FusedOps(model) if fused_ops else TorchOps()
+    ops = (FusedOps(model) if gemv else FusedOps(model, gemv_max_m=0)) if fused_ops else TorchOps()
     runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)

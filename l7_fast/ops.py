@@ -9,6 +9,11 @@ attention kernel (RMSNorm alone is ~7: cast, pow, mean, add, rsqrt, mul, cast, m
     q_norm, k_norm, apply_rope x2, set_kv       qk_norm_rope_write   1 kernel   (fused_rope.py)
     attention (stage 3's kernel)                attend_cached        1-2 kernels (split-KV)
     silu(gate_proj(x)) * up_proj(x)             x @ W_gate_up^T, silu_mul  1 matmul + 1 kernel
+    o_proj(o), down_proj(a)                     the same matmuls               1 matmul each
+
+A step of at most GEMV_MAX_M tokens (a small decode batch) takes every one of those matmuls
+through gemv.py instead of cuBLAS, and SwiGLU in the gate/up matmul's epilogue (silu_mul=True):
+    norm | qkv | rope+write | attention | o_proj | norm | gate_up+SiLU | down     per layer
 
 Every kernel rounds where the torch op does (normalise in float32, cast, then scale), so in
 float32 the two paths agree to float noise and in bfloat16 to a rare last-bit difference.
@@ -30,6 +35,7 @@ from l1_dense.model import TorchOps
 from .fused_act import silu_mul
 from .fused_norm import add_rms_norm, rms_norm
 from .fused_rope import qk_norm_rope_write
+from .gemv import GEMV_MAX_M, gemv, gemv_block_m
 
 
 def _merge(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -61,8 +67,13 @@ def merge_projections(model) -> None:
 class FusedOps(TorchOps):
     """``model.forward(ids, kv, meta, ops=FusedOps(model))``. ``kv`` must be a FastKVCache."""
 
-    def __init__(self, model):
+    def __init__(self, model, gemv_max_m: int = GEMV_MAX_M):
         merge_projections(model)
+        self.gemv_max_m = gemv_max_m                 # 0: cuBLAS for every step (bench_l7's earlier rows)
+
+    def gemv_tile(self, M: int) -> int | None:
+        """The GEMV's BLOCK_M for a step of M tokens, or None: cuBLAS (warmup.py plans by it)."""
+        return gemv_block_m(M) if M <= self.gemv_max_m else None
 
     def add_rms_norm(self, delta, h, norm):
         if delta is None:
@@ -70,8 +81,12 @@ class FusedOps(TorchOps):
         x, h = add_rms_norm(delta, h, norm.weight, norm.eps, residual_out=h)   # h updated in place
         return h, x
 
+    def matmul(self, x, weight, bias=None):
+        """``x @ weight.T + bias``: the Triton GEMV for a few rows, cuBLAS for more."""
+        return gemv(x, weight, bias) if self.gemv_tile(x.shape[0]) else F.linear(x, weight, bias)
+
     def qkv(self, attn, x):
-        return F.linear(x, attn.qkv_weight, attn.qkv_bias).split(attn.qkv_sizes, dim=-1)   # 3 views
+        return self.matmul(x, attn.qkv_weight, attn.qkv_bias).split(attn.qkv_sizes, dim=-1)   # 3 views
 
     def rope_attend(self, attn, q, k, v, cos, sin, kv, meta):
         norm = hasattr(attn, "q_norm")
@@ -82,4 +97,9 @@ class FusedOps(TorchOps):
         return kv.attend_cached(attn.layer_idx, q, meta)
 
     def gate_up_act(self, mlp, x):
+        if self.gemv_tile(x.shape[0]):
+            return gemv(x, mlp.gate_up_weight, silu_mul=True)          # SwiGLU in the matmul's epilogue
         return silu_mul(F.linear(x, mlp.gate_up_weight))
+
+    def linear(self, lin, x):
+        return self.matmul(x, lin.weight, lin.bias)

@@ -14,17 +14,19 @@ pickers), so they can be listed before any request arrives:
                                 or stage 3's decode tile
     any other step              stage 3's tile: pick_config(max_seqlen_q, T, S), which depends
                                 on max_seqlen_q and on whether the step is "mixed" (2T < S q)
+    matmuls of <= GEMV_MAX_M    gemv.py's kernel, BLOCK_M = next power of two >= the step's
+    tokens (FusedOps)           tokens (1, 2, 4, 8); more tokens go to cuBLAS, which needs none
     norm, SiLU-mul, rope        one variant each per model (their constexprs are model sizes)
 
 The variants that differ by accident were removed instead of compiled: every field of the step
-inputs starts on a 16-byte boundary (step_inputs.py), and ``num_splits`` is not specialised
-(``do_not_specialize``): the split count reaches the kernels as a runtime int.
+inputs starts on a 16-byte boundary (step_inputs.py), and ``num_splits`` (and the GEMV's row count
+``M``) is not specialised (``do_not_specialize``): it reaches the kernels as a runtime int.
 
 ``plan(runner)`` walks every step shape the scheduler can produce (max_seqlen_q from 2 to the
 budget, alone or as the chunk of a mixed step; every decode bucket) through those pickers and
-keeps one shape per distinct choice. ``warm_up(runner)`` runs the real forward pass once per
-shape, on padding (PAD slots, the PAD block-table row), so the launches are the serving path's
-own, arguments and alignments included. tests/test_l7_warmup.py records every launch of a
+keeps one shape per distinct pair (attention choice, matmul choice). ``warm_up(runner)`` runs
+the real forward pass once per shape, on padding (PAD slots, the PAD block-table row), so the
+launches are the serving path's own, arguments and alignments included. tests/test_l7_warmup.py records every launch of a
 varied workload and checks that start-up launched each one.
 """
 from __future__ import annotations
@@ -41,6 +43,7 @@ from l3_paged.kernel_config import pick_config
 import triton
 
 from .attention_split import split_config
+from .ops import FusedOps
 from .step_inputs import Layout
 
 
@@ -60,10 +63,15 @@ def attention_choice(runner, max_q: int, T: int, S: int, decode: bool) -> tuple:
     return ("paged", pick_config(max_q, T, S, g_pad, d_pad, dtype))
 
 
+def matmul_choice(runner, T: int) -> int | None:
+    """The GEMV tile of a step of T tokens (FusedOps.matmul), or None: cuBLAS, nothing to compile."""
+    return runner.ops.gemv_tile(T) if isinstance(runner.ops, FusedOps) else None
+
+
 @dataclass(frozen=True)
 class Shape:
     q_lens: tuple                  # query tokens per sequence (decode: all 1)
-    choice: tuple                  # attention_choice of the step
+    choice: tuple                  # (attention_choice, matmul_choice) of the step
 
     def label(self) -> str:
         S, q = len(self.q_lens), max(self.q_lens)
@@ -72,12 +80,13 @@ class Shape:
 
 
 def plan(runner) -> list[Shape]:
-    """One step shape per distinct attention choice the engine can make (smallest shape first)."""
+    """One step shape per distinct (attention, matmul) choice the engine can make (smallest first)."""
     c = runner.config
     seen: dict[tuple, Shape] = {}
 
     def keep(q_lens, decode):
-        choice = attention_choice(runner, max(q_lens), sum(q_lens), len(q_lens), decode)
+        T = sum(q_lens)
+        choice = (attention_choice(runner, max(q_lens), T, len(q_lens), decode), matmul_choice(runner, T))
         if choice not in seen:
             seen[choice] = Shape(tuple(q_lens), choice)
     for B in runner.buckets:                                    # every decode step replays or runs as a bucket

@@ -41,6 +41,9 @@ def parse(argv):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-hf", action="store_true", help="our engine only")
     ap.add_argument("--hf-timeout", type=float, default=420, help="stop the HF run after this many seconds")
+    ap.add_argument("--hf-config", default="", metavar="K=V,...",
+                    help="HF's ContinuousBatchingConfig fields, e.g. use_cuda_graph=True,use_async_batching=True "
+                         "(default: transformers' own choices)")
     ap.add_argument("--wall", action="store_true", help="also measure stage 4's one-request loop against stage 5 at batch 64")
     ap.add_argument("--replot", default=None, metavar="JSON", help="only redraw the .md and .png from a saved JSON")
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
@@ -86,21 +89,38 @@ def run_ours(llm, work, fixed=None):
                 preemptions=sum(len(s.preempted) for s in eng.stats)), list(eng.stats)
 
 
-def run_hf(path, work, device, fixed=None, timeout=None):
+def hf_config(text: str) -> dict:
+    """``a=True,b=3`` -> {"a": True, "b": 3}; a value that is no literal stays a string."""
+    import ast
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, _, val = item.partition("=")
+        try:
+            out[key.strip()] = ast.literal_eval(val.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = val.strip()
+    return out
+
+
+def run_hf(path, work, device, fixed=None, timeout=None, cb=None):
     from transformers import AutoModelForCausalLM, GenerationConfig
     from transformers.utils import logging
     logging.set_verbosity_error()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device).eval()
     gen = GenerationConfig(max_new_tokens=max(m for _, m in work) if fixed is None else fixed, do_sample=False,
                            eos_token_id=-1, pad_token_id=0)
-    results = {}
+    results, extra = {}, {}
+    if cb:                                                  # HF's ContinuousBatchingConfig, as given
+        from transformers.generation import ContinuousBatchingConfig
+        extra = dict(continuous_batching_config=ContinuousBatchingConfig(**cb))
+        print(f"HF: ContinuousBatchingConfig({', '.join(f'{k}={v!r}' for k, v in cb.items())})")
     sync()
     t0 = time.perf_counter()
     if fixed is not None:                                   # generate_batch: one output length for all
-        res = model.generate_batch([p for p, _ in work], generation_config=gen, progress_bar=True)
+        res = model.generate_batch([p for p, _ in work], generation_config=gen, progress_bar=True, **extra)
         results = {k: v for k, v in res.items()}
     else:                                                   # the same manager, one max_new_tokens per request
-        with model.continuous_batching_context_manager(generation_config=gen, block=True, timeout=5) as manager:
+        with model.continuous_batching_context_manager(generation_config=gen, block=True, timeout=5, **extra) as manager:
             for i, (p, m) in enumerate(work):
                 manager.add_request(input_ids=p, request_id=f"req_{i}", max_new_tokens=m)
             while len(results) < len(work):
@@ -116,12 +136,11 @@ def run_hf(path, work, device, fixed=None, timeout=None):
     del model
     free()
     return dict(seconds=dt, output_tokens=tokens, tok_per_s=tokens / dt, finished=len(results),
-                transformers=__import__("transformers").__version__)
+                transformers=__import__("transformers").__version__, hf_config=cb or "transformers' defaults")
 
 
 def wall(llm, device, prompt_len=512, new=64, batch=64):
     """Why stage 4 hits a wall: one request at a time (stage 4's loop) vs `batch` at once (stage 5).
-
     Stage 4: ms per decoded token = (time for 1 + new tokens - time for 1 token) / new, and the
     share of that time the GPU spends in kernels (torch.profiler, device time / wall time).
     """
@@ -208,6 +227,8 @@ def main(argv=None):
     a = parse(argv)
     if a.enforce_eager and a.engine != "l7_fast":
         print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
+    if a.skip_hf and a.hf_config:
+        print("note: --hf-config is ignored with --skip-hf (HF does not run)")
     t_start = time.perf_counter()
     if a.replot:
         return replot(a)
@@ -241,7 +262,8 @@ def main(argv=None):
     del llm
     free()
     if not a.skip_hf:
-        rows += [run_peer(path, work, device, variant, fixed, a.hf_timeout) for variant, fixed in variants]
+        rows += [run_peer(path, work, device, variant, fixed, a.hf_timeout, hf_config(a.hf_config))
+                 for variant, fixed in variants]
     save(a.out, meta, rows, schedule)
     print(f"total {time.perf_counter() - t_start:.0f} s")
 
@@ -254,8 +276,8 @@ def report_wall(w: dict) -> dict:
     return w
 
 
-def run_peer(path, work, device, variant, fixed, timeout) -> dict:
-    r = run_hf(path, work, device, fixed, timeout)
+def run_peer(path, work, device, variant, fixed, timeout, cb=None) -> dict:
+    r = run_hf(path, work, device, fixed, timeout, cb)
     r.update(engine="HF generate_batch" if fixed else "HF continuous batching", variant=variant)
     print(f"HF    {variant}: {r['output_tokens']} tokens in {r['seconds']:.1f} s = {r['tok_per_s']:.0f} tok/s "
           f"({r['finished']}/{len(work)} finished)")

@@ -77,7 +77,8 @@ ROWS = [("stage 6", None),
         ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False)),
         ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False)),
         ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
-        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True))]
+        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False)),
+        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True))]
 HOST_ROWS = [("plain parts", PLAIN), ("stage 7", ROWS[-1][1])]     # at 256 running: without / with the cheap branches
 
 

@@ -4,7 +4,9 @@
     PYTHONPATH=. python scripts/bench_l7_kernels.py --kernel act     # silu_mul (fused_act.py)
     PYTHONPATH=. python scripts/bench_l7_kernels.py --kernel rope    # qk_norm_rope_write (fused_rope.py)
     PYTHONPATH=. python scripts/bench_l7_kernels.py --kernel split   # split-KV decode vs stage 3 and SDPA
-    PYTHONPATH=. python scripts/bench_l7_kernels.py                  # all four
+    PYTHONPATH=. python scripts/bench_l7_kernels.py --kernel gemv    # small-M matmul vs cuBLAS (gemv.py;
+                                                                     # scripts/bench_gemv.py; --gemv-sweep)
+    PYTHONPATH=. python scripts/bench_l7_kernels.py                  # all five
 
 Each prints one ``check`` line per dtype (float32, float16, and bfloat16 on a GPU: the interpreter
 truncates bfloat16 casts), ending ``ok`` or ``FAIL``; on a GPU, then a table: kernel vs the torch
@@ -16,12 +18,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-KERNELS = ("norm", "act", "rope", "split")
+KERNELS = ("norm", "act", "rope", "split", "gemv")
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernel", choices=KERNELS, action="append", help="which kernel (repeatable; default all four)")
+    p.add_argument("--kernel", choices=KERNELS, action="append", help="which kernel (repeatable; default all five)")
+    p.add_argument("--gemv-sweep", action="store_true", help="gemv: also sweep (BLOCK_N, BLOCK_K, warps) at M = 1, 8")
+    p.add_argument("--out", default="out/bench_l7_kernels", help="where gemv writes gemv.json and gemv.png")
     return p.parse_args(argv)
 
 
@@ -187,10 +191,21 @@ def split(device: str) -> bool:
     return all(oks)
 
 
+def gemv(device: str, a) -> bool:
+    """The checks (True if every one is ok), then the timings on a GPU (scripts/bench_gemv.py)."""
+    import scripts.bench_gemv as bg
+    ok = bg.checks(device)
+    if device == "cuda":
+        bg.timings(a.gemv_sweep, a.out)
+    elif a.gemv_sweep:
+        print("--gemv-sweep ignored: no GPU (only the checks run on a CPU)")
+    return ok
+
+
 def main(argv=None) -> int:
     a = parse(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    run = dict(norm=norm, act=act, rope=rope, split=split)
+    run = dict(norm=norm, act=act, rope=rope, split=split, gemv=lambda d: gemv(d, a))
     failed = []
     for k in a.kernel or KERNELS:
         print(f"== {k}")

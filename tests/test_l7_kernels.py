@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import l7_fast  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
 from l1_dense.config import PRESETS, ModelConfig
@@ -25,6 +26,7 @@ from kernel_bench import fraction_equal
 from l7_fast.fused_act import silu_mul, silu_mul_ref
 from l7_fast.fused_norm import add_rms_norm, add_rms_norm_ref, rms_norm
 from l7_fast.fused_rope import qk_norm_rope_write, qk_norm_rope_write_ref, rope_case
+from l7_fast.gemv import gemv
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -107,6 +109,28 @@ def test_l7_silu_mul_matches_l1_mlp_rounding(dtype, I):
     torch.testing.assert_close(out, ref, atol=TOL[dtype], rtol=TOL[dtype])
     if dtype != F32:
         assert fraction_equal(out, ref) >= SAME_ROUNDING
+
+
+# --- small-M GEMV (gemv.py) vs cuBLAS -----------------------------------------------------------
+@pytest.mark.parametrize("M,N,K,bias", [(1, 200, 96, True), (3, 64, 300, False), (8, 130, 64, True)])
+@pytest.mark.parametrize("dtype", _dtype_params(), ids=_ids)
+def test_l7_gemv_matches_f_linear_and_silu_mul(dtype, M, N, K, bias):
+    torch.manual_seed(0)
+    x = torch.randn(M, K + 8, device=DEVICE).to(dtype)[:, :K]                 # a row stride != K
+    w = (torch.randn(2 * N, K, device=DEVICE) / K ** 0.5).to(dtype)
+    b = torch.randn(N, device=DEVICE).to(dtype) if bias else None
+    torch.testing.assert_close(gemv(x, w[:N], b), F.linear(x, w[:N], b), atol=TOL[dtype], rtol=TOL[dtype])
+    torch.testing.assert_close(gemv(x, w, silu_mul=True), silu_mul(F.linear(x, w)), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_l7_gemv_refuses_what_it_does_not_compute():
+    x, w = torch.randn(2, 16), torch.randn(8, 16)
+    with pytest.raises(UserError, match="1..64 rows"):  # FusedOps sends GEMV_MAX_M; the bench up to 64
+        gemv(torch.randn(65, 16), w)
+    with pytest.raises(UserError, match="no bias"):
+        gemv(x, w, torch.randn(4), silu_mul=True)
+    with pytest.raises(UserError, match=r"weight must be \[N, 16\]"):
+        gemv(x, w.half())
 
 
 # --- q/k norm + RoPE + KV write ----------------------------------------------------------------

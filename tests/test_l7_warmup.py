@@ -27,7 +27,7 @@ import l3_paged.attention_triton as l3_attention
 from l3_paged import kernel_config
 from l4_sampler.params import SamplingParams
 from l7_fast import LLM
-from l7_fast import attention_split, fused_act, fused_norm, fused_rope, warmup
+from l7_fast import attention_split, fused_act, fused_norm, fused_rope, gemv, warmup
 from l7_fast.warmup import plan, warm_up
 
 from check_no_compile import planted              # scripts/: the GPU check plants the same variant
@@ -35,7 +35,8 @@ from check_no_compile import planted              # scripts/: the GPU check plan
 ROOT = Path(__file__).resolve().parent.parent
 CUDA = torch.cuda.is_available()
 KERNELS = [l3_attention._paged_attn_kernel, attention_split._split_kv_kernel, attention_split._merge_kernel,
-           fused_norm._rms_norm_kernel, fused_act._silu_mul_kernel, fused_rope._qk_norm_rope_write_kernel]
+           fused_norm._rms_norm_kernel, fused_act._silu_mul_kernel, fused_rope._qk_norm_rope_write_kernel,
+           gemv._gemv_kernel]
 
 
 def variant(kernel, args, kwargs) -> tuple:
@@ -72,6 +73,7 @@ def _record(mp) -> set:
 def _gpu_tiles(mp) -> None:
     mp.setattr(kernel_config, "INTERPRET", False)
     mp.setattr(attention_split, "INTERPRET", False)
+    mp.setattr(gemv, "INTERPRET", False)
     pick = kernel_config.pick_config
 
     def sixteen_bit_tiles(max_seqlen_q, num_tokens, num_seqs, g_pad, d_pad, dtype):
@@ -124,6 +126,7 @@ def test_l7_start_up_launches_every_variant_the_workload_launches(started):
     assert not missing, "launched after start-up, not by warm-up:\n" + "\n".join(map(str, sorted(missing)))
     attention = {v for v in served if v[0] in ("_paged_attn_kernel", "_split_kv_kernel")}
     assert len(attention) >= 5, f"the workload should exercise many attention variants, it ran {len(attention)}"
+    assert {("SILU_MUL", True), ("SILU_MUL", False)} <= {x for v in served if v[0] == "_gemv_kernel" for x in v}
 
 
 def test_l7_start_up_plan_lists_each_choice_once_with_a_shape_that_makes_it(started):
@@ -132,10 +135,13 @@ def test_l7_start_up_plan_lists_each_choice_once_with_a_shape_that_makes_it(star
     # By pick_config's rules for G_PAD 2 (8-token minimum tile), a 64-token budget, 8 sequences and
     # 512-token contexts on the CPU's 16 "SMs": decode split in 2 (buckets 1-4) or whole (8), prefill
     # tiles of 16, 32 and 64 tokens (9-16, 17-32, 33-64; up to 8 tokens is the decode tile), and
-    # mixed tiles of 16 and 32 tokens.
+    # mixed tiles of 16 and 32 tokens. By FusedOps.gemv_tile: steps of 1 and 2 tokens take the GEMV
+    # (BLOCK_M 1, 2), more take cuBLAS: buckets 1, 2 and 4 (all split in 2) are three shapes, and a
+    # 2-token prefill (the decode tile, BLOCK_M 2) a fourth beside bucket 8.
     assert sorted(s.label() for s in shapes) == sorted(
-        ["decode S=1 max_q=1", "decode S=8 max_q=1", "prefill S=1 max_q=9", "prefill S=1 max_q=17",
-         "prefill S=1 max_q=33", "mixed S=8 max_q=9", "mixed S=8 max_q=17"])
+        ["decode S=1 max_q=1", "decode S=2 max_q=1", "decode S=4 max_q=1", "decode S=8 max_q=1",
+         "prefill S=1 max_q=2", "prefill S=1 max_q=9", "prefill S=1 max_q=17", "prefill S=1 max_q=33",
+         "mixed S=8 max_q=9", "mixed S=8 max_q=17"])
 
 
 def test_l7_a_planted_variant_start_up_cannot_see_is_caught(started, monkeypatch):

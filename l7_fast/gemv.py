@@ -1,0 +1,130 @@
+"""The matmuls of a small step (M <= GEMV_MAX_M rows) as one Triton kernel each, SwiGLU fused in.
+
+A decode step of one sequence multiplies a [1, K] row by every weight matrix of the model: pure
+weight streaming, 2 bytes read per 2 flops. cuBLAS picks tensor-core tiles of 64 x 8 for it and,
+where K is long, splits K over programs and launches a second kernel to add the parts. On the
+H100 the four matmuls of a Qwen3-0.6B layer ran at ~45% of copy bandwidth that way, and were
+half of the GPU time of a single-stream step (``bench_l7.py``'s profile, lesson 7.14).
+
+This kernel is the textbook GEMV: no tensor cores, no split-K.
+
+    x [M, K] (any row stride)   W [N, K] (nn.Linear's layout)   bias [N] or None   ->  y [M, N]
+
+    Grid (cdiv(N, BLOCK_N),). A program owns BLOCK_N output columns for all M rows. It streams
+    its BLOCK_N rows of W once, BLOCK_K columns at a time, multiplies each [BLOCK_N, BLOCK_K]
+    chunk by the matching [M, BLOCK_K] chunk of x (a few KB, read from L2 by every program) and
+    sums over K in float32: BLOCK_M x BLOCK_N x BLOCK_K products in registers per chunk.
+
+Bytes: N*K weights read once (the floor), M*K per program from L2, M*N written. Flops: 2*M*N*K
+on the CUDA cores, which is why M stops at GEMV_MAX_M: past it the products outgrow the bytes
+and cuBLAS's tensor cores win (``bench_l7_kernels.py --kernel gemv`` measures where).
+
+``silu_mul=True``: W is the merged [gate; up] weight [2I, K] (ops.merge_projections) and the
+output [M, I] is silu(x @ gate^T) * (x @ up^T). A program computes BLOCK_N gate columns and the
+same up columns, rounds both to the model dtype as the matmul would, then applies
+fused_act.silu_mul's arithmetic: the activation kernel and its [M, 2I] round trip are gone.
+
+Rounding: one float32 sum per output, rounded once (with the bias added first), like cuBLAS; the
+order of the sum differs, so float32 agrees to ~1e-6 and a bf16 output moves by one ulp where
+its sum sits on a rounding boundary. Tolerances: fp32 1e-5, fp16 1e-3, bf16 1.5e-2.
+"""
+from __future__ import annotations
+
+import torch
+
+from plumbing.runtime import INTERPRET
+from plumbing.errors import UserError
+
+import triton
+import triton.language as tl
+
+from l3_paged.validate import FLOAT_DTYPES
+
+#: The largest M FusedOps gives this kernel; more rows go to cuBLAS. Measured on the H100
+#: (``bench_l7_kernels.py --kernel gemv``, lesson 7.14), a Qwen3-0.6B layer's four matmuls: at
+#: M = 1 the GEMV beats cuBLAS on all four (1.06-1.34x), at M = 2 on three, and the four together
+#: take 27 µs against 32; at M = 4 they tie (32 vs 31), and past that the products outgrow what a
+#: few warps do while the bytes stream.
+GEMV_MAX_M = 2
+
+
+@triton.jit(do_not_specialize=["M"])
+def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride_o,
+                 HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)              # [BLOCK_N] output columns
+    m = tl.arange(0, BLOCK_M)                                            # [BLOCK_M] rows of x
+    n_ok, m_ok = n < N, m < M
+    w_rows = w_ptr + n.to(tl.int64)[:, None] * stride_w                  # [BLOCK_N, 1]
+    x_rows = x_ptr + m.to(tl.int64)[:, None] * stride_x                  # [BLOCK_M, 1]
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)              # SILU_MUL only
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)                                   # [BLOCK_K]
+        k_ok = k < K
+        x = tl.load(x_rows + k[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+        w_ok = n_ok[:, None] & k_ok[None, :]
+        w = tl.load(w_rows + k[None, :], mask=w_ok, other=0.0).to(tl.float32)            # [BLOCK_N, BLOCK_K]
+        acc += tl.sum(x[:, None, :] * w[None, :, :], axis=2)                               # [BLOCK_M, BLOCK_N]
+        if SILU_MUL:                                                     # the up rows sit N rows below
+            u = tl.load(w_rows + N * stride_w + k[None, :], mask=w_ok, other=0.0).to(tl.float32)
+            acc_up += tl.sum(x[:, None, :] * u[None, :, :], axis=2)
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    out = acc.to(o_ptr.dtype.element_ty)                                 # the matmul's rounding
+    if SILU_MUL:                                                         # fused_act.silu_mul, same steps
+        g = out.to(tl.float32)
+        s = (g / (1.0 + tl.exp(-g))).to(o_ptr.dtype.element_ty)
+        up = acc_up.to(o_ptr.dtype.element_ty)
+        out = (s.to(tl.float32) * up.to(tl.float32)).to(o_ptr.dtype.element_ty)
+    o = o_ptr + m.to(tl.int64)[:, None] * stride_o + n[None, :]
+    tl.store(o, out, mask=m_ok[:, None] & n_ok[None, :])
+
+
+def gemv_block_m(M: int) -> int | None:
+    """The BLOCK_M a step of M rows compiles for (a power of two), or None: cuBLAS takes it."""
+    return triton.next_power_of_2(M) if 1 <= M <= GEMV_MAX_M else None
+
+
+def gemv_config(block_m: int, N: int, K: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps) from host ints only, after the H100 sweep at M = 1 and 2: a
+    row's K in one chunk when it fits (every load of a program in flight at once), 4 rows of W
+    per program (2 past K = 2048, with 8 warps: down_proj's 3,072), <= 128 float32 products a thread."""
+    if INTERPRET:                                       # the interpreter pays per program: few, large
+        return min(64, triton.next_power_of_2(N)), min(256, triton.next_power_of_2(K)), 4
+    block_k = min(triton.next_power_of_2(K), 4096, 8192 // block_m)
+    return (2, block_k, 8) if block_k > 2048 else (4, block_k, 4)
+
+
+def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None):
+    """``x @ weight.T + bias`` for a few rows (FusedOps sends M <= GEMV_MAX_M; the benchmark goes
+    to 64 to find the crossover); with ``silu_mul`` the SwiGLU of a merged [gate; up] weight:
+    ``silu(x @ gate.T) * (x @ up.T)``. Rounded as F.linear (and silu_mul). ``config``:
+    (BLOCK_N, BLOCK_K, num_warps) instead of gemv_config's (the benchmark's sweep)."""
+    if x.dim() != 2 or x.stride(1) != 1:
+        raise UserError(f"x must be [M, K] with stride(1) == 1, got {tuple(x.shape)} strides {x.stride()}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise UserError(f"x dtype {x.dtype} unsupported: use float32, float16 or bfloat16")
+    M, K = x.shape
+    if not 1 <= M <= 64:
+        raise UserError(f"gemv takes 1..64 rows, got {M}: use F.linear (cuBLAS) for more")
+    if (weight.dim() != 2 or weight.shape[1] != K or weight.stride(1) != 1 or weight.dtype != x.dtype
+            or weight.device != x.device):
+        raise UserError(f"weight must be [N, {K}] {x.dtype} on {x.device} with stride(1) == 1, "
+                        f"got {tuple(weight.shape)} {weight.dtype}")
+    N = weight.shape[0] // 2 if silu_mul else weight.shape[0]
+    if silu_mul and (weight.shape[0] % 2 or bias is not None):
+        raise UserError(f"silu_mul needs a merged [gate; up] weight [2I, K] and no bias, got {tuple(weight.shape)}")
+    if bias is not None and (bias.shape != (N,) or bias.dtype != x.dtype or bias.stride(0) != 1):
+        raise UserError(f"bias must be a contiguous [{N}] {x.dtype} tensor, got {tuple(bias.shape)} {bias.dtype}")
+    if out is None:
+        out = torch.empty(M, N, dtype=x.dtype, device=x.device)
+    elif out.shape != (M, N) or out.stride(1) != 1 or out.dtype != x.dtype or out.device != x.device:
+        raise UserError(f"out must be [{M}, {N}] {x.dtype} on {x.device} with stride(1) == 1, got {tuple(out.shape)}")
+    block_m = triton.next_power_of_2(M)
+    block_n, block_k, warps = config or gemv_config(block_m, N, K)
+    _gemv_kernel[(triton.cdiv(N, block_n),)](
+        x, weight, weight if bias is None else bias, out, M, N, K, x.stride(0), weight.stride(0), out.stride(0),
+        HAS_BIAS=bias is not None, SILU_MUL=silu_mul, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=warps)
+    return out
