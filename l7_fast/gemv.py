@@ -4,7 +4,7 @@ A decode step of one sequence multiplies a [1, K] row by every weight matrix of 
 weight streaming, 2 bytes read per 2 flops. cuBLAS picks tensor-core tiles of 64 x 8 for it and,
 where K is long, splits K over programs and launches a second kernel to add the parts. On the
 H100 the four matmuls of a Qwen3-0.6B layer ran at ~45% of copy bandwidth that way, and were
-half of the GPU time of a single-stream step (``bench_l7.py``'s profile, lesson 7.14).
+half of the GPU time of a single-stream step (``bench_l7.py``'s profile, lesson 7.10).
 
 This kernel is the textbook GEMV: no tensor cores, no split-K.
 
@@ -41,7 +41,7 @@ import triton.language as tl
 from l3_paged.validate import FLOAT_DTYPES
 
 #: The largest M FusedOps gives this kernel; more rows go to cuBLAS. Measured on the H100
-#: (``bench_l7_kernels.py --kernel gemv``, lesson 7.14), a Qwen3-0.6B layer's four matmuls: at
+#: (``bench_l7_kernels.py --kernel gemv``, lesson 7.10), a Qwen3-0.6B layer's four matmuls: at
 #: M = 1 the GEMV beats cuBLAS on all four (1.06-1.34x), at M = 2 on three, and the four together
 #: take 27 µs against 32; at M = 4 they tie (32 vs 31), and past that the products outgrow what a
 #: few warps do while the bytes stream.

@@ -101,8 +101,8 @@ def started():
 # (prompt lengths, new tokens) per generate call: a prefill alone and its split-KV decode, then a
 # 3-prompt step and its split-KV decodes, then five short prompts decoding while a 60-token prompt
 # is chunked in beside them by the 64-token budget (mixed steps), then decode in the 8-bucket;
-# greedy and sampled.
-WORKLOAD = [([20], 2), ([12, 9, 5], 2), ([3, 4, 2, 5, 3, 60], 2)]
+# greedy and sampled; last, a 2-token prompt alone (the GEMV's BLOCK_M 2 beside stage 3's decode tile).
+WORKLOAD = [([20], 2), ([12, 9, 5], 2), ([3, 4, 2, 5, 3, 60], 2), ([2], 1)]
 
 
 def _served(started, seed, workload=WORKLOAD) -> set:
