@@ -27,6 +27,7 @@ from l1_dense.model import TorchOps
 from l5_scheduler import llm as stage5
 from l6_prefix_cache import llm as stage6
 
+from .gemv import GEMV_MAX_M
 from .graphs import GraphRunner
 from .ops import FusedOps
 from .runner import FastRunner
@@ -37,7 +38,7 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, profiler=None, impl: str = "triton",
                  check: bool = False, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed)."""
-    ops = (FusedOps(model) if gemv else FusedOps(model, gemv_max_m=0)) if fused_ops else TorchOps()
+    ops = FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()
     runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)

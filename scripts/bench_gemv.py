@@ -24,7 +24,6 @@ from scripts.bench_common import pyplot
 from scripts.kernel_bench import CHECKS, Bench, fraction_equal, graph_ms
 
 import triton
-import triton.language as tl
 
 
 @triton.jit
@@ -83,13 +82,9 @@ def sweep(x, w, silu, nbytes, b: Bench) -> tuple:
     best = min(times, key=times.get)
     top = sorted(times, key=times.get)[:5]
     print(f"  sweep M={M}: best (BLOCK_N, BLOCK_K, warps) {best} {b.pct(nbytes, times[best]):.0f}% of copy; "
-          f"gemv_config's {gemv_config(triton_pow2(M), w.shape[0] // (2 if silu else 1), x.shape[1])}; top 5: "
+          f"gemv_config's {gemv_config(triton.next_power_of_2(M), w.shape[0] // (2 if silu else 1), x.shape[1])}; top 5: "
           + ", ".join(f"{c}: {b.pct(nbytes, times[c]):.0f}%" for c in top))
     return best, times[best]
-
-
-def triton_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
 
 
 def timings(do_sweep: bool, out: str) -> list:

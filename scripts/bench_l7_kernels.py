@@ -24,7 +24,7 @@ KERNELS = ("norm", "act", "rope", "split", "gemv")
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kernel", choices=KERNELS, action="append", help="which kernel (repeatable; default all five)")
-    p.add_argument("--gemv-sweep", action="store_true", help="gemv: also sweep (BLOCK_N, BLOCK_K, warps) at M = 1, 8")
+    p.add_argument("--gemv-sweep", action="store_true", help="gemv: also sweep (BLOCK_N, BLOCK_K, warps) at M = 1, 2")
     p.add_argument("--out", default="out/bench_l7_kernels", help="where gemv writes gemv.json and gemv.png")
     return p.parse_args(argv)
 
@@ -206,6 +206,8 @@ def main(argv=None) -> int:
     a = parse(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     run = dict(norm=norm, act=act, rope=rope, split=split, gemv=lambda d: gemv(d, a))
+    if a.kernel and "gemv" not in a.kernel and (a.gemv_sweep or a.out != parse([]).out):
+        print("note: --gemv-sweep and --out are ignored without --kernel gemv (only gemv uses them)")
     failed = []
     for k in a.kernel or KERNELS:
         print(f"== {k}")
