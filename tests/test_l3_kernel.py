@@ -240,3 +240,15 @@ def test_l3_kernel_rejects_int64_block_table_without_sync():
     a[BT] = a[BT].long()
     with pytest.raises(UserError, match=r"block_table must be int32"):
         paged_attention_triton(*a, max_seqlen_q=5)
+
+
+@pytest.mark.parametrize("block_size", [16, 64])
+def test_prefill_tma_peer_matches_reference(block_size):
+    """scripts/prefill_tma.py (bench_prefill.py's TMA peer) computes stage 3's attention."""
+    from scripts.prefill_tma import prefill_tma
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float16
+    args = make_paged_batch([64], [64], 4, 2, 16, block_size, dtype, dev, spare_blocks=2)
+    out = prefill_tma(args[0], args[1], args[2], args[5], block_m=16, block_n=16, num_warps=4, num_stages=1)
+    ref = paged_attention_ref(*args)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-2 if dev == "cuda" else 2e-3, rtol=0)
