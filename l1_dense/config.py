@@ -7,6 +7,14 @@ Three families share one skeleton; they differ in a handful of switches:
 | Qwen3  | no         | yes                    | explicit in json  | none              |
 | Qwen2  | yes        | no                     | hidden / heads    | none              |
 | Llama  | no         | no                     | hidden / heads    | optional `llama3` |
+| Mistral| no         | no                     | json or h / heads | none              |
+
+Some configs also give layers a **sliding window** (Mistral: every layer; Qwen2/Qwen3 with
+``use_sliding_window``: the layers from ``max_window_layers`` on, or those ``layer_types`` marks
+``"sliding_attention"``). ``layer_windows`` holds it per layer, as transformers reads it: a query
+at position p sees keys p - window < j <= p. Only a KV object that implements windows may run
+such a model (stage 8); ``CausalLM.forward`` refuses any other, since attending to every key
+would silently give other tokens.
 
 ``PRESETS`` holds the shapes of real models, used by benchmarks and the lessons' memory maths
 without downloading anything.
@@ -24,12 +32,14 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "Qwen2ForCausalLM": "qwen2",
     "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",                 # Llama's layers, every one with a sliding window
 }
+LAYER_TYPES = {"full_attention": None, "attention": None, "sliding_attention": "window"}   # "attention": legacy name
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    family: str                      # "qwen3" | "qwen2" | "llama"
+    family: str                      # "qwen3" | "qwen2" | "llama" | "mistral"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -46,6 +56,11 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
     architecture: str = ""
+    layer_windows: tuple = ()        # per layer: the sliding window (keys) or None; () = none windowed
+
+    @property
+    def windowed(self) -> bool:
+        return any(w is not None for w in self.layer_windows)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -102,6 +117,7 @@ class ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             eos_token_ids=tuple(dict.fromkeys(eos)),
             architecture=arch,
+            layer_windows=read_windows(cfg, family),
         )
 
     @classmethod
@@ -122,6 +138,36 @@ class ModelConfig:
                 raise
             raise UserError(f"{path / 'config.json'}: a field has the wrong type ({e}): get the checkpoint's "
                             "config.json again.") from None
+
+
+def read_windows(cfg: dict, family: str) -> tuple:
+    """Each layer's sliding window (or None), by transformers' rules for the family; () if none.
+    A config whose windows transformers would read another way, or not at all, is refused."""
+    n = cfg["num_hidden_layers"]
+    window = cfg.get("sliding_window", None if family == "llama" else 4096)   # transformers' default if absent
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise UserError(f"sliding_window must be a positive int or null, got {window!r}: fix config.json.")
+    if family == "mistral":                           # MistralModel: every layer, if set
+        return (window,) * n if window is not None else ()
+    if family == "llama":
+        if window is not None or cfg.get("layer_types"):
+            raise UserError("this Llama config sets sliding_window/layer_types, which transformers' LlamaForCausalLM "
+                            "ignores: the model was probably meant as another architecture. Remove the fields to run "
+                            "it as Llama, or set architectures to MistralForCausalLM for a sliding window.")
+        return ()
+    if not cfg.get("use_sliding_window", False):      # Qwen2/Qwen3: the window is off unless asked for
+        window = None
+    types = cfg.get("layer_types") or ["sliding_attention" if window is not None and i >= cfg.get("max_window_layers", 28)
+                                       else "full_attention" for i in range(n)]
+    unknown = sorted({t for t in types if t not in LAYER_TYPES})
+    if unknown or len(types) != n:
+        raise UserError(f"layer_types {unknown or types!r}: this project implements full_attention and "
+                        f"sliding_attention, one per layer ({n}).")
+    if window is None and "sliding_attention" in types:
+        raise UserError("layer_types has sliding_attention layers but the window is off (use_sliding_window false "
+                        "or sliding_window null): set both, or mark the layers full_attention.")
+    out = tuple(window if LAYER_TYPES[t] else None for t in types)
+    return out if any(w is not None for w in out) else ()
 
 
 def read_json(file: Path) -> dict:

@@ -20,6 +20,10 @@ attention call, the gated activation) go through ``model.ops``, a :class:`TorchO
 plain torch: it is the spec, and stages 1-6 run it. Stage 7 passes fused Triton kernels with the
 same rounding (``forward(..., ops=FusedOps(model))``, ``l7_fast/ops.py``). That is the second seam; the arithmetic above is unchanged.
 
+A checkpoint whose config gives layers a sliding window (``cfg.layer_windows``) runs only with a
+KV object that says it implements them (``kv.sliding_windows = True``, stage 8); ``forward``
+refuses any other rather than attend to keys the model never sees.
+
 ``meta`` is the stage's per-step metadata. The skeleton reads two fields from it:
 ``positions`` ([T] int64, RoPE positions) and ``logits_indices`` ([S] int64, the rows whose
 next-token logits we need: the last token of each sequence). Module names mirror Hugging Face's
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
+from plumbing.errors import UserError
 from plumbing.exercise import learner_can_replace
 
 
@@ -197,6 +202,11 @@ class CausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, kv, meta, ops=None) -> torch.Tensor:
+        if self.cfg.windowed and not getattr(kv, "sliding_windows", False):
+            raise UserError(f"this {self.cfg.architecture} checkpoint gives layers a sliding window "
+                            f"({sorted({w for w in self.cfg.layer_windows if w})} keys), and this stage's KV cache "
+                            "attends to every key, which would give other tokens than the model's: run it with "
+                            "stage 8 (l8_sliding_window) or later.")
         ops = self.ops if ops is None else ops                        # stage 7 passes its fused ops
         h, delta = self.model.embed_tokens(input_ids), None           # [T, hidden]
         cos, sin = self.rope(meta.positions, h.dtype)

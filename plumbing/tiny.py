@@ -56,6 +56,20 @@ SPECS = {
                    num_key_value_heads=1, rope_theta=1000000.0, tie_word_embeddings=True,
                    sliding_window=None, use_sliding_window=False),
               dict(embed=0.3, out_gain=6.0), 2),
+    # stage 8: Mistral (Llama's layers, explicit head_dim), every layer sees the last 20 keys:
+    # shorter than a usual prompt + 20 new tokens, and not a multiple of a 16-token block
+    "mistral": (dict(architectures=["MistralForCausalLM"], model_type="mistral", hidden_size=64,
+                     intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, rope_theta=10000.0, tie_word_embeddings=False,
+                     sliding_window=20),
+                dict(embed=1.0, out_gain=1.0), 4),
+    # stage 8: a hybrid Qwen2, windowed layers 0 and 2 (12 keys) around a full-attention layer 1
+    "qwen2-hybrid": (dict(architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_size=64,
+                          intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                          num_key_value_heads=2, rope_theta=1000000.0, tie_word_embeddings=False,
+                          use_sliding_window=True, sliding_window=12, max_window_layers=0,
+                          layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+                     dict(embed=0.3, out_gain=6.0), 5),
 }
 
 
