@@ -36,10 +36,11 @@ from .warmup import warm_up
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, profiler=None, impl: str = "triton",
-                 check: bool = False, **kw):
-    """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed)."""
+                 check: bool = False, cache=None, **kw):
+    """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``cache``:
+    the runner's KV cache part, if a later stage gives one (default: FastKVCache)."""
     ops = FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()
-    runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
+    runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv, cache=cache)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)
         print(runner.warmup_report.line(), file=sys.stderr)

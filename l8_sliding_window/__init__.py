@@ -4,5 +4,9 @@ import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only
 from l4_sampler.params import SamplingParams
 
 from .attention import paged_attention_window, window_attention_ref, window_keys
+from .cache import WindowedKVCache
+from .kv_manager import SlidingWindowKVManager
+from .llm import LLM, build_engine
 
-__all__ = ["SamplingParams", "paged_attention_window", "window_attention_ref", "window_keys"]
+__all__ = ["LLM", "build_engine", "SamplingParams", "paged_attention_window", "window_attention_ref", "window_keys",
+           "WindowedKVCache", "SlidingWindowKVManager"]
