@@ -209,3 +209,14 @@ def compare(ref: Generation, gen: Generation) -> dict:
         top2 = ref.logits[first].topk(2).values
         margin = float(top2[0] - top2[1])
     return {"identical": first is None, "first_diff": first, "max_logit_diff": diff, "margin_at_diff": margin}
+
+
+def _l8_engine(model, n_tokens):
+    """Stage 8: stage 7 given the window-aware KV manager and cache (stage 6's sharing workload)."""
+    from l8_sliding_window import build_engine
+
+    from . import l6_demo as demo
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True)
+
+
+register("l8_sliding_window", _l8_engine, _l6_generate, layerwise=False)

@@ -6,14 +6,16 @@ by this request or by any later step of it (vLLM's ``SlidingWindowManager.remove
 
     W = 20, block_size 16, cur_len 53:  keys 34..52 are visible next; block 0 (keys 0..15) and
                                         block 1 (16..31) are dead, blocks 2 and 3 are held
-    handle.blocks  [7, 3, 9, 4]  ->  [PAD, PAD, 9, 4]      positions kept: block i still means
-                                                           keys i*16..i*16+15
+    handle.blocks  [7, 3, 9, 4]          unchanged: block i still means keys i*16..i*16+15
+    skipped        2                     blocks 7 and 3 went back to the pool
 
 A dead block gets one reference fewer, like a finished request's (stage 6's pool: its hash stays,
-so a later request with the same prefix may still hit it until it is evicted). Its entry becomes
-``placeholder`` (stage 7's PAD block): the kernel never reads below the window, so the table
-entry is never dereferenced. A request then holds at most ceil((W + n - 1) / block_size) + 1
-blocks during a step that computes n tokens: ceil(W / block_size) + 1 while it decodes.
+so a later request with the same prefix may still hit it until it is evicted). Its table entry
+stays as it was (vLLM writes a null block there): stage 7's runner keeps each request's table
+row on the GPU and sends only appended blocks, and the kernel never loads a key below the window
+(tests/test_l8_kernel.py fills those blocks with NaN and checks). A request then holds at most
+ceil((W + n - 1) / block_size) + 1 blocks during a step that computes n tokens:
+ceil(W / block_size) + 1 while it decodes.
 
 Only a model whose *every* layer is windowed frees blocks: a full-attention layer reads every
 key, and here all layers share one block table. Hybrid models keep their whole history (vLLM
@@ -25,11 +27,15 @@ from l6_prefix_cache.kv_manager import KVCacheManager
 
 
 class SlidingWindowKVManager(KVCacheManager):
-    def __init__(self, num_blocks: int, block_size: int, window: int | None, placeholder: int):
+    def __init__(self, num_blocks: int, block_size: int, window: int | None):
         super().__init__(num_blocks, block_size)
-        self.window, self.placeholder = window, placeholder
+        self.window = window
         self._skipped: dict[object, int] = {}        # handle -> how many leading blocks were freed
         self.blocks_freed = 0                        # by the window, over the manager's life
+
+    def skipped(self, handle) -> int:
+        """How many of ``handle``'s leading blocks the window has freed."""
+        return self._skipped.get(handle, 0)
 
     def held(self, handle) -> int:
         """Blocks ``handle`` holds now (its table's length minus the freed ones)."""
@@ -48,7 +54,6 @@ class SlidingWindowKVManager(KVCacheManager):
             return
         pool = self.pool.blocks
         self.pool.free([pool[handle.blocks[i]] for i in reversed(range(done, dead))])
-        handle.blocks[done:dead] = [self.placeholder] * (dead - done)
         self._skipped[handle] = dead
         self.blocks_freed += dead - done
 

@@ -31,8 +31,7 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
     cache = WindowedKVCache(model.cfg, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
     kv = None
     if enable_prefix_caching:
-        kv = SlidingWindowKVManager(config.num_blocks, config.block_size, free_window(model.cfg.layer_windows),
-                                    placeholder=cache.pad_block)
+        kv = SlidingWindowKVManager(config.num_blocks, config.block_size, free_window(model.cfg.layer_windows))
     return stage7.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, kv=kv,
                                cache=cache, impl=impl, **kw)
 

@@ -1,0 +1,73 @@
+"""Stage 8 end to end: every request equals its solo transformers run, batched, chunked, preempted
+and prefix-hit, on a Mistral (every layer windowed) and a hybrid Qwen2; the window frees blocks."""
+import math
+
+import pytest
+import torch
+
+from harness.stages import hf_generate
+from l8_sliding_window import LLM, SamplingParams
+from plumbing.tiny import tiny_checkpoint
+
+P = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
+PROMPTS = [P, P[:7], P * 3, P[5:] + P]          # 24, 7, 72, 43 tokens: all but one pass the window
+_HF = {}
+
+
+def hf(family, prompt):
+    key = (family, tuple(prompt))
+    if key not in _HF:
+        _HF[key] = hf_generate(tiny_checkpoint(family), prompt, 20, "cpu", torch.float32).token_ids
+    return _HF[key]
+
+
+def run(llm, prompts):
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(max_tokens=20, temperature=0),
+                        use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+@pytest.mark.parametrize("family", ["mistral", pytest.param("qwen2-hybrid", marks=pytest.mark.deep)])
+def test_l8_batched_chunked_preempted_requests_equal_their_solo_hf_run(family):
+    llm = LLM(f"tiny-{family}", dtype="float32", device="cpu", max_num_batched_tokens=32, num_gpu_blocks_override=9)
+    assert run(llm, PROMPTS) == [hf(family, p) for p in PROMPTS]
+    stats = llm.llm_engine.stats
+    assert any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
+    assert any(n < full for s in stats for _, _, n, full in s.chunks), "no prompt was chunked"
+    kv = llm.llm_engine.scheduler.kv
+    assert (kv.blocks_freed > 0) == (family == "mistral")           # the hybrid keeps its full layer's history
+    assert kv.num_free == kv.num_blocks                              # everything back at the end
+
+
+@pytest.mark.deep
+def test_l8_prefix_hit_with_a_window_equals_hf():
+    llm = LLM("tiny-mistral", dtype="float32", device="cpu")
+    first = run(llm, [P * 3])
+    second = run(llm, [P * 3 + [7, 8]])                              # shares 4 full blocks with the first
+    assert first == [hf("mistral", P * 3)] and second == [hf("mistral", P * 3 + [7, 8])]
+    assert llm.llm_engine.scheduler.kv.stats.hits > 0
+
+
+def test_l8_a_decoding_request_holds_at_most_the_window_plus_one_block():
+    llm = LLM("tiny-mistral", dtype="float32", device="cpu", max_num_batched_tokens=16)
+    engine, kv = llm.llm_engine, llm.llm_engine.scheduler.kv
+    W, bs = 20, kv.block_size
+    engine.add_request({"prompt_token_ids": P * 3}, SamplingParams(max_tokens=40, temperature=0))
+    worst, steps = 0, 0
+    while engine.has_unfinished_requests():
+        out = engine.scheduler.schedule()
+        for req, n in out.scheduled:                                 # blocks the step may read are held
+            lowest = max(0, req.kv.cur_len - W + 1)
+            assert kv.skipped(req.kv) <= lowest // bs
+            for i in range(lowest // bs, -(-(req.kv.cur_len + n) // bs)):
+                assert kv.pool.blocks[req.kv.blocks[i]].ref_cnt >= 1
+            bound = math.ceil((W + n - 1) / bs) + 1
+            assert kv.held(req.kv) <= bound, (req.kv.cur_len, n, kv.held(req.kv), bound)
+            worst = max(worst, kv.held(req.kv) - bound)
+        ran = engine.runner.execute(out)
+        engine.scheduler.advance(out)
+        rows = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
+        if rows:
+            engine._sample(ran.logits, rows, ran.argmax)
+        steps += 1
+    assert steps > 40 and kv.blocks_freed >= (72 + 40 - W) // bs - 1
