@@ -73,7 +73,7 @@ def positive_or_none(flag: str, value: int | None) -> int | None:
 
 def base_parser(stage: str, doc: str) -> argparse.ArgumentParser:
     p = Parser(prog=f"{stage}_smoke", description=doc)
-    p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: tiny-qwen3 (default), tiny-llama, tiny-qwen2")
+    p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: tiny-qwen3 (default), tiny-llama, tiny-qwen2, tiny-mistral and tiny-qwen2-hybrid (sliding windows: stage 8)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     g.add_argument("--prompt-ids", default=None, help="comma-separated token ids, e.g. 1,2,3")

@@ -17,6 +17,19 @@ import _path  # noqa: F401
 from plumbing.cli import base_parser, load, note, run_main
 
 
+def refusal(e, cfg, name: str) -> str:
+    """A stage's UserError is a row only on a windowed checkpoint (stages 1-7 must refuse it)."""
+    if not cfg.windowed:
+        raise e
+    print(f"  ... {name}: refused ({str(e)[:80]}...)", file=sys.stderr, flush=True)
+    return str(e)
+
+
+def print_refusals(refused: dict) -> None:
+    for name in refused:
+        print(f"| {name:<18} | refused: the checkpoint has sliding windows, this stage does not implement them |")
+
+
 def main(argv=None) -> int:
     p = base_parser("check_chain", __doc__)
     p.add_argument("--stages", default=None,
@@ -43,10 +56,7 @@ def main(argv=None) -> int:
         try:
             gen = s.generate(s.make_engine(ld.model, n), ld.prompt_ids, args.max_new_tokens, eos, ctx)
         except UserError as e:               # a stage without sliding windows refuses a windowed model
-            if not ld.model.cfg.windowed:
-                raise
-            refused[s.name] = str(e)
-            print(f"  ... {s.name}: refused ({str(e)[:80]}...)", file=sys.stderr, flush=True)
+            refused[s.name] = refusal(e, ld.model.cfg, s.name)
             continue
         seconds[s.name] = time.perf_counter() - t0
         print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)
@@ -65,8 +75,7 @@ def main(argv=None) -> int:
         margin = "-" if c["margin_at_diff"] is None else f"{c['margin_at_diff']:.3g}"
         print(f"| {name:<18} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
               f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
-    for name in refused:
-        print(f"| {name:<18} | refused: the checkpoint has sliding windows, this stage does not implement them |")
+    print_refusals(refused)
     bad = [n for n, (_, c) in results.items() if not c["identical"]]
     print()
     print("time (s)   : " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))

@@ -7,6 +7,7 @@ import torch
 
 from harness.stages import hf_generate
 from l8_sliding_window import LLM, SamplingParams
+from plumbing.runtime import default_device
 from plumbing.tiny import tiny_checkpoint
 
 P = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
@@ -17,7 +18,7 @@ _HF = {}
 def hf(family, prompt):
     key = (family, tuple(prompt))
     if key not in _HF:
-        _HF[key] = hf_generate(tiny_checkpoint(family), prompt, 20, "cpu", torch.float32).token_ids
+        _HF[key] = hf_generate(tiny_checkpoint(family), prompt, 20, default_device(), torch.float32).token_ids
     return _HF[key]
 
 
@@ -29,7 +30,7 @@ def run(llm, prompts):
 
 @pytest.mark.parametrize("family", ["mistral", pytest.param("qwen2-hybrid", marks=pytest.mark.deep)])
 def test_l8_batched_chunked_preempted_requests_equal_their_solo_hf_run(family):
-    llm = LLM(f"tiny-{family}", dtype="float32", device="cpu", max_num_batched_tokens=32, num_gpu_blocks_override=9)
+    llm = LLM(f"tiny-{family}", dtype="float32", max_num_batched_tokens=32, num_gpu_blocks_override=9)
     assert run(llm, PROMPTS) == [hf(family, p) for p in PROMPTS]
     stats = llm.llm_engine.stats
     assert any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
@@ -41,7 +42,7 @@ def test_l8_batched_chunked_preempted_requests_equal_their_solo_hf_run(family):
 
 @pytest.mark.deep
 def test_l8_prefix_hit_with_a_window_equals_hf():
-    llm = LLM("tiny-mistral", dtype="float32", device="cpu")
+    llm = LLM("tiny-mistral", dtype="float32")
     first = run(llm, [P * 3])
     second = run(llm, [P * 3 + [7, 8]])                              # shares 4 full blocks with the first
     assert first == [hf("mistral", P * 3)] and second == [hf("mistral", P * 3 + [7, 8])]
@@ -49,7 +50,7 @@ def test_l8_prefix_hit_with_a_window_equals_hf():
 
 
 def test_l8_a_decoding_request_holds_at_most_the_window_plus_one_block():
-    llm = LLM("tiny-mistral", dtype="float32", device="cpu", max_num_batched_tokens=16)
+    llm = LLM("tiny-mistral", dtype="float32", max_num_batched_tokens=16)
     engine, kv = llm.llm_engine, llm.llm_engine.scheduler.kv
     W, bs = 20, kv.block_size
     engine.add_request({"prompt_token_ids": P * 3}, SamplingParams(max_tokens=40, temperature=0))
