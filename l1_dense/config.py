@@ -34,7 +34,7 @@ SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",                 # Llama's layers, every one with a sliding window
 }
-LAYER_TYPES = {"full_attention": None, "attention": None, "sliding_attention": "window"}   # "attention": legacy name
+FULL_LAYER_TYPES = ("full_attention", "attention")      # "attention": transformers' legacy name
 
 
 @dataclass(frozen=True)
@@ -159,14 +159,14 @@ def read_windows(cfg: dict, family: str) -> tuple:
         window = None
     types = cfg.get("layer_types") or ["sliding_attention" if window is not None and i >= cfg.get("max_window_layers", 28)
                                        else "full_attention" for i in range(n)]
-    unknown = sorted({t for t in types if t not in LAYER_TYPES})
+    unknown = sorted({t for t in types if t not in FULL_LAYER_TYPES and t != "sliding_attention"})
     if unknown or len(types) != n:
         raise UserError(f"layer_types {unknown or types!r}: this project implements full_attention and "
                         f"sliding_attention, one per layer ({n}).")
     if window is None and "sliding_attention" in types:
         raise UserError("layer_types has sliding_attention layers but the window is off (use_sliding_window false "
                         "or sliding_window null): set both, or mark the layers full_attention.")
-    out = tuple(window if LAYER_TYPES[t] else None for t in types)
+    out = tuple(window if t == "sliding_attention" else None for t in types)
     return out if any(w is not None for w in out) else ()
 
 

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from plumbing.errors import UserError
+from plumbing.errors import WindowsUnsupported
 from plumbing.exercise import learner_can_replace
 
 
@@ -203,7 +203,7 @@ class CausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, kv, meta, ops=None) -> torch.Tensor:
         if self.cfg.windowed and not getattr(kv, "sliding_windows", False):
-            raise UserError(f"this {self.cfg.architecture} checkpoint gives layers a sliding window "
+            raise WindowsUnsupported(f"this {self.cfg.architecture} checkpoint gives layers a sliding window "
                             f"({sorted({w for w in self.cfg.layer_windows if w})} keys), and this stage's KV cache "
                             "attends to every key, which would give other tokens than the model's: run it with "
                             "stage 8 (l8_sliding_window) or later.")

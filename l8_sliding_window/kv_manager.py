@@ -39,7 +39,7 @@ class SlidingWindowKVManager(KVCacheManager):
 
     def held(self, handle) -> int:
         """Blocks ``handle`` holds now (its table's length minus the freed ones)."""
-        return len(handle.blocks) - self._skipped.get(handle, 0)
+        return len(handle.blocks) - self.skipped(handle)
 
     def advance(self, scheduled) -> None:
         super().advance(scheduled)                   # hashes first: a dead block is full and cached
@@ -49,7 +49,7 @@ class SlidingWindowKVManager(KVCacheManager):
 
     def remove_skipped_blocks(self, handle) -> None:
         dead = max(0, handle.cur_len - self.window + 1) // self.block_size   # blocks [0, dead) are dead
-        done = self._skipped.get(handle, 0)
+        done = self.skipped(handle)
         if dead <= done:
             return
         pool = self.pool.blocks

@@ -7,7 +7,9 @@
     kv     SlidingWindowKVManager (kv_manager.py)   stage 6's prefix cache + frees dead blocks
     cache  WindowedKVCache (cache.py)               a windowed layer attends with attention.py
 
-A checkpoint without windows runs exactly as stage 7 (no layer windowed, nothing freed).
+A checkpoint without windows runs exactly as stage 7 (no layer windowed, nothing freed). With
+``enable_prefix_caching=False`` the KV manager is stage 5's allocator: the windows are honoured,
+but no block is freed before its request finishes.
 """
 from __future__ import annotations
 

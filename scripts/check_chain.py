@@ -17,14 +17,6 @@ import _path  # noqa: F401
 from plumbing.cli import base_parser, load, note, run_main
 
 
-def refusal(e, cfg, name: str) -> str:
-    """A stage's UserError is a row only on a windowed checkpoint (stages 1-7 must refuse it)."""
-    if not cfg.windowed:
-        raise e
-    print(f"  ... {name}: refused ({str(e)[:80]}...)", file=sys.stderr, flush=True)
-    return str(e)
-
-
 def print_refusals(refused: dict) -> None:
     for name in refused:
         print(f"| {name:<18} | refused: the checkpoint has sliding windows, this stage does not implement them |")
@@ -37,7 +29,7 @@ def main(argv=None) -> int:
                         "(default: all; an unknown name lists them)")
     args = p.parse_args(argv)                # a bad flag stops here, before torch loads
     from harness.stages import compare, hf_generate, select
-    from plumbing.errors import UserError
+    from plumbing.errors import WindowsUnsupported
     from l1_dense.checkpoint import resolve_model_dir
     from l1_dense.generate import check_prompt
     stages = select(args.stages)             # unknown names fail here, before the model loads
@@ -55,8 +47,9 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         try:
             gen = s.generate(s.make_engine(ld.model, n), ld.prompt_ids, args.max_new_tokens, eos, ctx)
-        except UserError as e:               # a stage without sliding windows refuses a windowed model
-            refused[s.name] = refusal(e, ld.model.cfg, s.name)
+        except WindowsUnsupported as e:      # stages 1-7 refuse a windowed checkpoint, as they must
+            refused[s.name] = str(e)
+            print(f"  ... {s.name}: refused ({str(e)[:80]}...)", file=sys.stderr, flush=True)
             continue
         seconds[s.name] = time.perf_counter() - t0
         print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)

@@ -12,7 +12,7 @@ import torch
 
 from harness.stages import STAGES, run_stages
 from l1_dense.config import ModelConfig
-from plumbing.errors import UserError
+from plumbing.errors import UserError, WindowsUnsupported
 from plumbing.tiny import tiny_checkpoint
 
 PROMPT = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
@@ -63,7 +63,7 @@ def test_windows_the_skeleton_cannot_honour_are_refused(arch, fields, words):
 @pytest.mark.parametrize("stage", [s for s in STAGES if s < "l8"])   # the stages before windows
 def test_stages_without_windows_refuse_a_windowed_checkpoint(tiny, stage):
     model, _ = tiny("mistral")
-    with pytest.raises(UserError, match="sliding window .* stage 8"):
+    with pytest.raises(WindowsUnsupported, match="sliding window .* stage 8"):
         run_stages(model, PROMPT, 2, only=[stage])
 
 
