@@ -70,11 +70,12 @@ def _window_edge(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, kv_len, limit
                  stride_kb, stride_ks, stride_vb, stride_vs, BLOCK_SIZE: tl.constexpr, qk_scale,
                  HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
     """Keys [lo, hi), each row masked to limit - window < j <= limit (and j < kv_len)."""
+    lowest = tl.min(limit, 0) - window + 1                                      # the first row's lower edge
     for start in range(lo, hi, BLOCK_N):
         j = start + tl.arange(0, BLOCK_N)                                       # [N]
         # Load only keys some row sees: a masked score does not protect p @ v from a NaN (0 * NaN),
         # and the blocks below the window may be freed and hold another request's K/V by now.
-        in_seq = (j < kv_len) & (j > tl.min(limit, 0) - window)
+        in_seq = (j < kv_len) & (j >= lowest)
         phys = tl.load(bt_row + j // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
         row_off = phys * stride_kb + (j % BLOCK_SIZE) * stride_ks               # [N]
         ok = in_seq[:, None] & (offs_d[None, :] < HEAD_DIM)
@@ -149,7 +150,7 @@ def _window_attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, cu_q_ptr, kv_lens_ptr, bt_pt
 
 
 def paged_attention_window(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *, max_seqlen_q: int,
-                           window: int, scale=None, out=None, config: KernelConfig | None = None):
+                           window: int, scale=None, config: KernelConfig | None = None):
     """Stage 3's ``paged_attention_triton`` with a sliding window of ``window`` keys (a host int >= 1)."""
     T, H_q, D = q.shape
     _, block_size, H_kv, _ = k_cache.shape
@@ -157,7 +158,7 @@ def paged_attention_window(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block
         raise UserError(f"window must be a host int >= 1, got {window!r} (no window: stage 3's kernel)")
     if not 1 <= D <= 256:
         raise UserError(f"head_dim D={D} unsupported: the kernel handles 1..256")
-    out = torch.empty_like(q) if out is None else out
+    out = torch.empty_like(q)                                          # [T, H_q, D]
     S = seq_lens_kv.shape[0]
     if T == 0 or S == 0 or max_seqlen_q == 0:
         return out
