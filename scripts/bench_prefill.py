@@ -48,7 +48,7 @@ from l3_paged.kernel_config import KernelConfig, pick_config  # noqa: E402
 from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_attention import sdpa, timer  # noqa: E402
+from bench_attention import dense_kv, sdpa, timer  # noqa: E402
 from bench_common import bench_device, ceilings, pyplot  # noqa: E402
 from prefill_tma import prefill_tma  # noqa: E402
 
@@ -84,17 +84,15 @@ def one_length(bench, device, T, dtype, tol, quick, prior=None):
     layouts = {bs: make_paged_batch([T], [T], H_Q, H_KV, D, bs, dtype, device, spare_blocks=0)
                for bs in (16, 64, 128, T)}
     q = layouts[16][0]
-    # The same q and K/V values in every layout: copy the block-16 cache's keys into the others.
+    kt, vt = dense_kv(layouts[16], T)                                                   # [1, H_kv, T, D]
+    # The same q and K/V values in every layout: the block-16 cache's keys written into the others.
     j = torch.arange(T, device=device)
-    src = layouts[16]
-    kd, vd = (c.view(-1, H_KV, D)[(src[5][0, j // 16].long() * 16 + j % 16)] for c in src[1:3])   # [T, H_kv, D]
     for bs, args in layouts.items():
         slots = args[5][0, j // bs].long() * bs + j % bs
-        args[1].view(-1, H_KV, D)[slots] = kd
-        args[2].view(-1, H_KV, D)[slots] = vd
+        args[1].view(-1, H_KV, D)[slots] = kt[0].transpose(0, 1)
+        args[2].view(-1, H_KV, D)[slots] = vt[0].transpose(0, 1)
         layouts[bs] = (q,) + args[1:]
     qd = q.view(1, T, H_Q, D).transpose(1, 2).contiguous()
-    kt, vt = (x.transpose(0, 1).unsqueeze(0).contiguous() for x in (kd, vd))           # [1, H_kv, T, D]
     ref = sdpa(qd.float(), kt.float(), vt.float(), True).transpose(1, 2)[0]             # [T, H_q, D] fp32
     rows = []
 
@@ -133,9 +131,9 @@ def summary(results, matmul_tf):
     best = {}
     for case in results:
         for r in case["rows"]:
-            if r["ms"] is not None and (r["T"], r["name"]) not in best or \
-                    r["ms"] is not None and r["ms"] < best[(r["T"], r["name"])]["ms"]:
-                best[(r["T"], r["name"])] = r
+            key = (r["T"], r["name"])
+            if r["ms"] is not None and (key not in best or r["ms"] < best[key]["ms"]):
+                best[key] = r
     lines = ["| T | variant | best config | ms | TFLOP/s | × SDPA | % of bf16 matmul rate |",
              "|---:|---|---|---:|---:|---:|---:|"]
     for case in results:
