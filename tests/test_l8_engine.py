@@ -42,7 +42,7 @@ def test_l8_batched_chunked_preempted_requests_equal_their_solo_hf_run(family):
 
 @pytest.mark.deep
 def test_l8_prefix_hit_with_a_window_equals_hf():
-    llm = LLM("tiny-mistral", dtype="float32")
+    llm = LLM("tiny-mistral", dtype="float32", num_gpu_blocks_override=64)   # not 90% of a shared GPU (pytest -n)
     first = run(llm, [P * 3])
     second = run(llm, [P * 3 + [7, 8]])                              # shares 4 full blocks with the first
     assert first == [hf("mistral", P * 3)] and second == [hf("mistral", P * 3 + [7, 8])]
@@ -51,7 +51,7 @@ def test_l8_prefix_hit_with_a_window_equals_hf():
 
 def test_l8_a_decoding_request_holds_at_most_the_window_plus_one_block():
     """Checked before every forward pass: the blocks the step may read are held, and no more than the bound."""
-    llm = LLM("tiny-mistral", dtype="float32", max_num_batched_tokens=16)
+    llm = LLM("tiny-mistral", dtype="float32", max_num_batched_tokens=16, num_gpu_blocks_override=64)
     engine, kv = llm.llm_engine, llm.llm_engine.scheduler.kv
     W, bs, steps = 20, kv.block_size, []
     execute = engine.runner.execute
