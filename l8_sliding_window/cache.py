@@ -4,14 +4,15 @@
     layer_windows = (12, None, 12)    hybrid: layer 1 through stage 7's path (split-KV included)
 
 ``sliding_windows = True`` is what the skeleton asks of a KV object before it runs a windowed
-checkpoint (l1_dense/model.py). Windowed layers do not split their keys yet: a window bounds the
-keys a decode reads (W at most), but one program per (kv head, sequence) still walks them alone.
+checkpoint (l1_dense/model.py). A decode step that stage 7 splits (``meta.num_splits > 1``)
+splits a windowed layer's W keys the same way (attention_split.py).
 """
 from __future__ import annotations
 
 from l7_fast.cache import FastKVCache, FastMeta
 
 from .attention import paged_attention_window, window_attention_ref
+from .attention_split import paged_attention_window_split
 
 
 class WindowedKVCache(FastKVCache):
@@ -28,4 +29,7 @@ class WindowedKVCache(FastKVCache):
         args = (q, self.K[layer], self.V[layer], meta.cu_seqlens_q, meta.seq_lens_kv, meta.block_table)
         if self.impl == "torch":
             return window_attention_ref(*args, window=window)
+        if meta.num_splits > 1:
+            return paged_attention_window_split(*args, max_seqlen_q=meta.max_seqlen_q, window=window,
+                                                num_splits=meta.num_splits)
         return paged_attention_window(*args, max_seqlen_q=meta.max_seqlen_q, window=window)

@@ -67,3 +67,18 @@ def test_l8_kernel_refuses_a_bad_window(window):
     args = make_paged_batch([1], [8], 4, 2, 16, 16, torch.float32, "cpu")
     with pytest.raises(UserError, match="window"):
         paged_attention_window(*args, max_seqlen_q=1, window=window)
+
+
+@pytest.mark.parametrize("dtype,tol", DTYPES)
+@pytest.mark.parametrize("num_splits", [3, 8])
+@pytest.mark.parametrize("window", [1, 37, 4096])
+def test_l8_split_kernel_matches_reference_and_never_reads_below_the_window(dtype, tol, num_splits, window):
+    """Decode-only steps split over the window's keys (l8_sliding_window/attention_split.py)."""
+    from l8_sliding_window.attention_split import paged_attention_window_split
+    q_lens, kv_lens = [1, 1, 1, 1], [17, 64, 129, 300]
+    args = make_paged_batch(q_lens, kv_lens, 4, 2, 16, 16, dtype, DEV)
+    ref = window_attention_ref(*args, window=window)
+    poison_out_of_window(args, q_lens, window)
+    out = paged_attention_window_split(*args, max_seqlen_q=1, window=window, num_splits=num_splits)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
