@@ -35,8 +35,13 @@ class FastKVCache(PagedKVCache):
         self.pad_block = num_blocks                      # the last block: scratch for padding rows
         self.pad_slot = num_blocks * block_size
 
+    def slot_mapping(self, layer: int, meta: FastMeta):
+        """The slots ``layer``'s new K/V are written to. The cache owns the addressing, so the fused
+        write (ops.py) asks it: here every layer uses the step's one mapping."""
+        return meta.slot_mapping
+
     def attend(self, layer: int, q, k, v, meta: FastMeta):     # the torch ops path (TorchOps)
-        self.set_kv(layer, meta.slot_mapping, k, v)
+        self.set_kv(layer, self.slot_mapping(layer, meta), k, v)
         return self.attend_cached(layer, q, meta)
 
     def attend_cached(self, layer: int, q, meta: FastMeta):

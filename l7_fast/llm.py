@@ -34,13 +34,20 @@ from .runner import FastRunner
 from .warmup import warm_up
 
 
+def make_ops(model, *, fused_ops: bool = True, gemv: bool = True):
+    """The ops part: stage 7's fused kernels, or the skeleton's torch ops."""
+    return FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()
+
+
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, profiler=None, impl: str = "triton",
-                 check: bool = False, cache=None, **kw):
-    """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``cache``:
-    the runner's KV cache part, if a later stage gives one (default: FastKVCache)."""
-    ops = FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()
-    runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv, cache=cache)
+                 check: bool = False, runner=None, **kw):
+    """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
+    an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
+    it is warmed up and given CUDA graphs here, like stage 7's own."""
+    if runner is None:
+        runner = FastRunner(model, config, make_ops(model, fused_ops=fused_ops, gemv=gemv), impl=impl, check=check,
+                            split_kv=split_kv)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)
         print(runner.warmup_report.line(), file=sys.stderr)

@@ -90,7 +90,8 @@ class FusedOps(TorchOps):
 
     def rope_attend(self, attn, q, k, v, cos, sin, kv, meta):
         norm = hasattr(attn, "q_norm")
-        q = qk_norm_rope_write(q, k, v, cos, sin, kv.K[attn.layer_idx], kv.V[attn.layer_idx], meta.slot_mapping,
+        q = qk_norm_rope_write(q, k, v, cos, sin, kv.K[attn.layer_idx], kv.V[attn.layer_idx],
+                               kv.slot_mapping(attn.layer_idx, meta),
                                q_norm_weight=attn.q_norm.weight if norm else None,
                                k_norm_weight=attn.k_norm.weight if norm else None,
                                eps=attn.q_norm.eps if norm else 1e-6)

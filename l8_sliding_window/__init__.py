@@ -5,8 +5,10 @@ from l4_sampler.params import SamplingParams
 
 from .attention import paged_attention_window, window_attention_ref, window_keys
 from .cache import WindowedKVCache
+from .groups import KVGroup, kv_cache_groups
 from .kv_manager import SlidingWindowKVManager
 from .llm import LLM, build_engine
+from .runner import GroupedRunner
 
 __all__ = ["LLM", "build_engine", "SamplingParams", "paged_attention_window", "window_attention_ref", "window_keys",
-           "WindowedKVCache", "SlidingWindowKVManager"]
+           "WindowedKVCache", "SlidingWindowKVManager", "KVGroup", "kv_cache_groups", "GroupedRunner"]

@@ -1,41 +1,48 @@
-"""``LLM`` with sliding windows: stage 7's engine, given two parts that know the window.
+"""``LLM`` with sliding windows: stage 7's engine, given three parts that know the windows.
 
     from l8_sliding_window import LLM, SamplingParams
-    llm = LLM("tiny-mistral")                          # every layer windowed: blocks are freed
-    llm = LLM("tiny-qwen2-hybrid")                     # windowed + full layers: history kept
+    llm = LLM("tiny-mistral")                          # every layer windowed: one group, blocks freed
+    llm = LLM("tiny-qwen2-hybrid")                     # full + windowed layers: three groups
 
-    kv     SlidingWindowKVManager (kv_manager.py)   stage 6's prefix cache + frees dead blocks
-    cache  WindowedKVCache (cache.py)               a windowed layer attends with attention.py
+    groups  kv_cache_groups (groups.py)             layers that share a block table
+    kv      SlidingWindowKVManager (kv_manager.py)  stage 6's prefix cache per group + frees dead blocks
+    cache   WindowedKVCache (cache.py)              groups share tensors; windowed layers: attention.py
+    runner  GroupedRunner (runner.py)               stage 7's runner, one block table per group
 
-A checkpoint without windows runs exactly as stage 7 (no layer windowed, nothing freed). With
-``enable_prefix_caching=False`` the KV manager is stage 5's allocator: the windows are honoured,
-but no block is freed before its request finishes.
+A checkpoint without windows is one full-attention group: exactly stage 7. With
+``enable_prefix_caching=False`` the KV manager looks nothing up and hashes nothing, but still
+frees the blocks that fall out of a window.
+
+``num_gpu_blocks_override`` and the memory-derived pool count blocks of *every* layer, as in
+stage 7; with G groups of g layers each the same memory holds num_layers / g times as many blocks
+of one group (``llm.llm_engine.scheduler.kv.num_blocks``).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from l5_scheduler import llm as stage5
 from l7_fast import llm as stage7
 
 from .cache import WindowedKVCache
+from .groups import kv_cache_groups, pool_blocks
 from .kv_manager import SlidingWindowKVManager
+from .runner import GroupedRunner
 
 
-def free_window(layer_windows) -> int | None:
-    """The window the KV manager may free by: the widest, if every layer has one; else None."""
-    if not layer_windows or any(w is None for w in layer_windows):
-        return None
-    return max(layer_windows)
-
-
-def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, impl: str = "triton", **kw):
-    """Stage 7's builder with this stage's KV manager and KV cache."""
-    p = next(model.parameters())
-    cache = WindowedKVCache(model.cfg, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
-    kv = None
-    if enable_prefix_caching:
-        kv = SlidingWindowKVManager(config.num_blocks, config.block_size, free_window(model.cfg.layer_windows))
+def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, impl: str = "triton",
+                 check: bool = False, fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, **kw):
+    """Stage 7's builder with this stage's KV manager, KV cache and runner."""
+    cfg, p = model.cfg, next(model.parameters())
+    groups = kv_cache_groups(cfg.layer_windows, cfg.num_layers)
+    config = dataclasses.replace(config, num_blocks=pool_blocks(config.num_blocks, groups, cfg.num_layers))
+    cache = WindowedKVCache(cfg, groups, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
+    kv = SlidingWindowKVManager(config.num_blocks, config.block_size, [g.window for g in groups],
+                                caching=enable_prefix_caching)
+    runner = GroupedRunner(model, config, stage7.make_ops(model, fused_ops=fused_ops, gemv=gemv), impl=impl,
+                           check=check, split_kv=split_kv, cache=cache, num_groups=len(groups))
     return stage7.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, kv=kv,
-                               cache=cache, impl=impl, **kw)
+                               runner=runner, impl=impl, check=check, **kw)
 
 
 def LLM(model: str | None = None, **kw) -> stage5.LLM:

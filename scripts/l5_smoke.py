@@ -80,10 +80,11 @@ def drive(engine, args, step=None, trace_more=None) -> float:
 
 
 def summarize(engine, config, ld, rid, ids, params, seconds):
-    """The JSON keys and printed lines every scheduler stage reports; returns (comp, extra, lines)."""
+    """The JSON keys and printed lines every scheduler stage reports; returns (comp, extra, lines).
+    The pool is the engine's own (stage 8 cuts the same memory into more, smaller blocks)."""
     from l1_dense.dense_kv import default_max_seq_len
     from l5_scheduler.config import bytes_per_block
-    cfg = ld.model.cfg
+    cfg, config = ld.model.cfg, engine.config
     out = engine.output(rid)
     comp = out.outputs[0]
     others = {i: engine.output(i) for i in ids}             # decoded once each
@@ -91,9 +92,10 @@ def summarize(engine, config, ld, rid, ids, params, seconds):
     preemptions = sum(len(s.preempted) for s in stats)
     chunked = sorted({r for s in stats for r, st, n, plen in s.chunks if st + n < plen})   # a chunk ended early
     n_out = sum(len(r.output_ids) for r in engine.requests.values())
-    bpb = bytes_per_block(cfg, config.block_size, next(ld.model.parameters()).dtype)
+    bpb = engine.runner.cache.bytes_per_block
+    full = bytes_per_block(cfg, config.block_size, next(ld.model.parameters()).dtype)   # every layer's
     peak = max(s.blocks_used for s in stats)
-    stage1 = default_max_seq_len(cfg) * bpb // config.block_size * len(engine.requests)
+    stage1 = default_max_seq_len(cfg) * full // config.block_size * len(engine.requests)
     extra = {"finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason, "seed": params.seed,
              "temperature": params.temperature, "kv_pool_bytes": config.num_blocks * bpb, "kv_used_bytes": peak * bpb,
              "kv_stage1_bytes": stage1, "elapsed_s": round(seconds, 3), "tokens_per_s": round(n_out / seconds, 3),

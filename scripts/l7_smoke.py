@@ -20,20 +20,22 @@ from l6_smoke import cache_trace
 from plumbing.cli import base_parser, load, report, run_main
 
 
-def build(args, ld, profiler=None):
-    from l7_fast import build_engine
+def build(args, ld, profiler=None, build_engine=None):
+    """The engine, built by ``build_engine`` (default: stage 7's; l8_smoke passes stage 8's)."""
+    if build_engine is None:
+        from l7_fast import build_engine
     kw = dict(enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
               fused_ops=args.fused_ops, split_kv=args.split_kv, profiler=profiler)
     return make_engine(args, ld, build_engine, **kw)
 
 
-def profile_lines(args, ld, params, profiler) -> tuple[list[str], dict]:
+def profile_lines(args, ld, params, profiler, build_engine=None) -> tuple[list[str], dict]:
     """Timing table from the run itself; on CUDA, kernels and launches from a second, profiled run."""
     from l7_fast.profile import kernel_profile, summarize_timings
     modes = summarize_timings(profiler.timings)
     kernels = {}
     if ld.device.startswith("cuda"):
-        again, _ = build(args, ld)
+        again, _ = build(args, ld, build_engine=build_engine)
         demo.add_demo_requests(again, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
         while again.has_unfinished_requests():
             k = kernel_profile(again.step)
@@ -53,8 +55,9 @@ def profile_lines(args, ld, params, profiler) -> tuple[list[str], dict]:
     return lines, dict(modes=modes, kernels=kernels)
 
 
-def main(argv=None):
-    p = base_parser("l7_fast", __doc__)
+def parser(stage: str, doc: str):
+    """l7_smoke's flags (every l6_smoke flag, and stage 7's); l8_smoke adds nothing to them."""
+    p = base_parser(stage, doc)
     add_sampling_args(p)
     add_engine_args(p, num_blocks=demo.NUM_BLOCKS, extras=len(demo.MAX_TOKENS))
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
@@ -66,7 +69,16 @@ def main(argv=None):
     g.add_argument("--split-kv", action=argparse.BooleanOptionalAction, default=True,
                    help="split the keys of decode steps over more programs (default on)")
     g.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = parser("l7_fast", __doc__).parse_args(argv)
+    run(args, "l7_fast")
+
+
+def run(args, stage: str, build_engine=None, observer=None) -> None:
+    """Build, drive and report. ``observer(engine)`` (l8_smoke) returns (after_step, lines, extra)."""
     params = sampling_params(args)
     note_ignored(args)
     check_engine_args(args)
@@ -76,28 +88,40 @@ def main(argv=None):
               file=sys.stderr)
     from l7_fast import Profiler
     profiler = Profiler() if args.profile else None
-    engine, config = build(args, ld, profiler)
+    engine, config = build(args, ld, profiler, build_engine)
     rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
-    seconds = drive(engine, args, step=profiler and (lambda: profiler.step(engine)),
-                    trace_more=cache_trace(engine, args.enable_prefix_caching))
+    after, more_lines, more_extra = observer(engine) if observer else (None, None, None)
+
+    def step():
+        profiler.step(engine) if profiler else engine.step()
+        if after:
+            after()
+    seconds = drive(engine, args, step=step, trace_more=cache_trace(engine, args.enable_prefix_caching))
     comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)
-    r = engine.runner                                # (wrapped by the profiler with --profile: same attributes)
+    lines.append(fast_path_line(engine.runner, args, ld, extra))
+    if more_lines:
+        lines += more_lines()
+        extra.update(more_extra())
+    if args.profile:
+        more, prof = profile_lines(args, ld, params, profiler, build_engine)
+        lines += more
+        extra["profile"] = prof
+    report(stage, ld, comp.token_ids, args.json, extra=extra, lines=lines)
+
+
+def fast_path_line(r, args, ld, extra: dict) -> str:
+    """How many steps replayed a CUDA graph, and which parts were on (also into ``extra``)."""
     graphs = getattr(r, "graphs", {})                # a GraphRunner's; the eager FastRunner has none
     n_graph = sum(1 for m in r.mode_log if m.startswith("graph"))
     extra.update(enforce_eager=args.enforce_eager, fused_ops=args.fused_ops, split_kv=args.split_kv,
                  graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(graphs),
                  graph_bytes=getattr(r, "graph_bytes", 0), capture_s=round(getattr(r, "capture_s", 0.0), 3))
-    lines.append(f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
-                 + (f"({len(graphs)} buckets {sorted(graphs)}, captured in {r.capture_s:.1f} s, "
-                    f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if graphs else
-                    "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)"
-                    if not ld.device.startswith("cuda") or args.enforce_eager else "(--impl torch: not capturable)")
-                 + f"; fused ops {'on' if args.fused_ops else 'off'}, split-KV {'on' if r.split_kv else 'off'}")
-    if args.profile:
-        more, prof = profile_lines(args, ld, params, profiler)
-        lines += more
-        extra["profile"] = prof
-    report("l7_fast", ld, comp.token_ids, args.json, extra=extra, lines=lines)
+    return (f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
+            + (f"({len(graphs)} buckets {sorted(graphs)}, captured in {r.capture_s:.1f} s, "
+               f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if graphs else
+               "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)"
+               if not ld.device.startswith("cuda") or args.enforce_eager else "(--impl torch: not capturable)")
+            + f"; fused ops {'on' if args.fused_ops else 'off'}, split-KV {'on' if r.split_kv else 'off'}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""Property-based fuzz of stage 8's KV manager (KV cache groups, windows, prefix caching) under stage
+5's scheduler, with a fake windowed model (tests/l8_fake.py), no torch.
+
+Workloads draw one to three groups (full or windowed), prompts cut from shared documents (so
+prefixes hit), and small pools (so requests are chunked and preempted). After every step the
+driver checks that a windowed group holds at most ceil((W + n - 1) / block_size) + 1 blocks, that
+no freed block is read, that reference counts match the holders, and at the end that every
+output equals the solo run. Tiers as in tests/test_l6_fuzz.py: ``make test`` runs every invariant
+at once on derandomized examples and each planted bug on its pinned workload; ``make test-deep``
+searches for each planted bug from scratch.
+"""
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from l5_fake import breaks, finds
+from l8_fake import Workload, run
+from l8_sliding_window import kv_manager
+
+
+@st.composite
+def workloads(draw, max_requests=8):
+    block_size = draw(st.sampled_from([1, 2, 4, 8]))
+    windows = tuple(draw(st.lists(st.one_of(st.none(), st.integers(1, 40)), min_size=1, max_size=3)))
+    budget = draw(st.integers(1, 48))
+    reqs = draw(st.lists(st.tuples(st.sampled_from([0, 0, 1]), st.integers(0, 80), st.integers(0, 20),
+                                   st.integers(1, 40), st.integers(0, 20)), min_size=1, max_size=max_requests))
+    return Workload(block_size, draw(st.integers(4, 96)), budget, draw(st.integers(1, min(budget, 6))), windows,
+                    reqs)
+
+
+@pytest.mark.fuzz
+@given(workloads())
+def test_l8_fuzz_windows_free_blocks_never_read_and_outputs_equal_solo(w):
+    run(w)   # every invariant at once
+
+
+def test_l8_fuzz_workloads_really_free_share_and_preempt():
+    s = run(Workload(4, 24, 8, 3, (None, 6, 9), [(0, 40, 3, 20, 0), (0, 40, 5, 12, 0), (0, 30, 0, 6, 2),
+                                                 (0, 40, 3, 10, 9)]))
+    assert s["freed"] > 0 and s["hits"] > 0 and s["preemptions"] > 0, s
+
+
+# ---- every invariant can fail: planted bugs in the KV manager ----------------------------------
+class FreesOneBlockTooMany(kv_manager.SlidingWindowKVManager):   # off by one: frees the block still in view
+    def remove_skipped_blocks(self, h, window):
+        super().remove_skipped_blocks(h, window - self.block_size)
+
+
+class NeverFrees(kv_manager.SlidingWindowKVManager):             # the window is honoured, nothing freed
+    def remove_skipped_blocks(self, h, window):
+        pass
+
+
+class UntaggedHashes(kv_manager.SlidingWindowKVManager):         # one hash for every group's block
+    def admit(self, req, budget):
+        return self._untagged(super().admit, req, budget)
+
+    def cache_group(self, req, h, group):
+        return self._untagged(super().cache_group, req, h, group)
+
+    @staticmethod
+    def _untagged(fn, *args):
+        real = kv_manager.tag
+        kv_manager.tag = lambda block_hash, g: block_hash
+        try:
+            return fn(*args)
+        finally:
+            kv_manager.tag = real
+
+
+BUGS = [
+    (FreesOneBlockTooMany, "no freed block is ever read: every block a step reads is held by the request"),
+    (NeverFrees, "a windowed group holds at most ceil((W + n - 1) / block_size) + 1 blocks"),
+    (UntaggedHashes, "outputs equal the solo run, with windows, however chunked, preempted or prefix-hit"),
+]
+W = Workload
+PINNED = {
+    "FreesOneBlockTooMany": W(2, 32, 8, 2, (5,), [(0, 20, 0, 10, 0)]),
+    "NeverFrees": W(2, 64, 8, 2, (5,), [(0, 20, 0, 10, 0)]),
+    "UntaggedHashes": W(4, 64, 16, 2, (None, 8), [(0, 40, 0, 4, 0), (0, 40, 2, 4, 30)]),
+}
+IDS = lambda x: x.__name__ if isinstance(x, type) else ""   # noqa: E731
+
+
+@pytest.mark.parametrize("bug,invariant", BUGS, ids=IDS)
+def test_l8_pinned_workload_catches_a_planted_manager_bug(bug, invariant):
+    w = PINNED[bug.__name__]
+    run(w)
+    assert breaks(invariant, lambda w: run(w, bug, 2000), w)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("bug,invariant", BUGS, ids=IDS)
+def test_l8_fuzz_search_finds_a_planted_manager_bug(bug, invariant):
+    assert finds(invariant, lambda w: run(w, bug, 2000), workloads(max_requests=5))
