@@ -3,6 +3,7 @@
     PYTHONPATH=. python scripts/check_no_compile.py                      # GPU: tiny Qwen3, bf16, a fresh cache
     PYTHONPATH=. python scripts/check_no_compile.py --model qwen3-0.6b   # the real shape, random weights
     PYTHONPATH=. python scripts/check_no_compile.py --plant              # a variant start-up cannot see: exits 1
+    PYTHONPATH=. python scripts/check_no_compile.py --stage l8_sliding_window --model tiny-qwen2-hybrid
 
 The script points TRITON_CACHE_DIR at an empty directory (a new temporary one, or --cache-dir)
 before Triton loads, builds l7_fast's ``LLM`` (whose start-up compiles every kernel variant the
@@ -29,8 +30,11 @@ import time
 
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("tiny-qwen3", "qwen3-0.6b"), default="tiny-qwen3",
-                    help="tiny-qwen3 (the project's tiny checkpoint) or qwen3-0.6b (random weights, real shape)")
+    ap.add_argument("--model", choices=("tiny-qwen3", "tiny-mistral", "tiny-qwen2-hybrid", "qwen3-0.6b"),
+                    default="tiny-qwen3", help="a tiny checkpoint of the project's (the windowed ones need "
+                    "--stage l8_sliding_window) or qwen3-0.6b (random weights, real shape)")
+    ap.add_argument("--stage", choices=("l7_fast", "l8_sliding_window"), default="l7_fast",
+                    help="whose LLM serves (default l7_fast; l8_sliding_window also launches the windowed kernels)")
     ap.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     ap.add_argument("--cache-dir", default=None, help="the Triton cache to use; must be empty or absent "
                                                       "(default: a new temporary directory)")
@@ -115,10 +119,11 @@ def main(argv=None) -> int:
     if a.plant:
         import l3_paged.attention_triton as attention
         attention.pick_config = planted(attention.pick_config)
-    from l7_fast import LLM
-    if a.model == "tiny-qwen3":
+    import importlib
+    LLM = importlib.import_module(a.stage).LLM
+    if a.model.startswith("tiny-"):
         from plumbing.tiny import tiny_checkpoint
-        path = str(tiny_checkpoint("qwen3"))
+        path = str(tiny_checkpoint(a.model[len("tiny-"):]))
     else:
         from bench_common import build_checkpoint
         path = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random"))
@@ -127,7 +132,7 @@ def main(argv=None) -> int:
         sys.exit(f"Triton uses the cache {cache}, not {wanted}: was triton imported before this script set it?")
     t0 = time.perf_counter()
     llm = LLM(path, device="cuda", dtype=a.dtype, seed=a.seed, num_gpu_blocks_override=a.num_gpu_blocks)
-    print(f"start-up: {time.perf_counter() - t0:.1f} s ({a.model}, {a.dtype}, Triton cache {cache}: "
+    print(f"start-up: {time.perf_counter() - t0:.1f} s ({a.stage}, {a.model}, {a.dtype}, Triton cache {cache}: "
           f"{len(cache_entries(cache))} entries after start-up)")
     before = cache_entries(cache)
     c, V = llm.llm_engine.config, llm.model.cfg.vocab_size

@@ -74,3 +74,15 @@ def test_l8_a_windowed_group_holds_at_most_the_window_plus_one_block(family):
     windowed = sum(W is not None for W in kv.windows)
     W = min(W for W in kv.windows if W is not None)
     assert len(steps) > 40 and kv.blocks_freed >= windowed * ((72 + 40 - W) // bs - 1)
+
+
+def test_l8_blocks_held_script_check_fails_when_a_group_breaks_its_bound():
+    """scripts/l8_blocks_held.py's verdict: a windowed group over its bound, or a full group short of its
+    history, is a violation; the counts the script measured are not."""
+    from l8_blocks_held import check
+    run = dict(model="m", block_size=16, bound=[None, 3], rows=[dict(seq_len=40, held=[3, 3])])
+    assert check(run) == []
+    run["rows"][0]["held"] = [3, 4]
+    assert len(check(run)) == 1
+    run["rows"][0]["held"] = [2, 3]
+    assert len(check(run)) == 1
