@@ -29,6 +29,15 @@ from __future__ import annotations
 
 from l2_gather.allocator import AllocatorError, OutOfBlocks, Request, add_blocks
 from l6_prefix_cache.kv_manager import KVCacheManager
+from plumbing.exercise import learner_can_replace
+
+
+@learner_can_replace  # lesson 8's build-it exercise: exercises/l8_sliding_window.py
+def dead_blocks(cur_len: int, window: int, block_size: int) -> int:
+    """How many leading blocks no query at position >= cur_len reads with this window: the query at
+    cur_len sees keys j > cur_len - window, so block i is dead once its last key
+    (i + 1) * block_size - 1 is at or below cur_len - window."""
+    return max(0, cur_len - window + 1) // block_size
 
 
 def tag(block_hash: bytes, group: int) -> bytes:
@@ -122,7 +131,7 @@ class SlidingWindowKVManager(KVCacheManager):
     def first_needed(self, k: int, group: int) -> int:
         """The lowest block a query at position k * block_size reads in ``group``."""
         w = self.windows[group]
-        return 0 if w is None else max(0, k * self.block_size - w + 1) // self.block_size
+        return 0 if w is None else dead_blocks(k * self.block_size, w, self.block_size)
 
     def hit_blocks(self, hashes: list[bytes], num_tokens: int) -> int:
         """The longest hit every group can serve (at least one token left to compute)."""
@@ -164,7 +173,7 @@ class SlidingWindowKVManager(KVCacheManager):
             self._num_cached[h] = full
 
     def remove_skipped_blocks(self, h, window: int) -> None:
-        dead = max(0, h.cur_len - window + 1) // self.block_size   # blocks [0, dead) are dead
+        dead = dead_blocks(h.cur_len, window, self.block_size)      # blocks [0, dead) are dead
         done = self._skipped.get(h, 0)
         if dead > done:
             self.pool.free([self.pool.blocks[h.blocks[i]] for i in reversed(range(done, dead))])

@@ -94,3 +94,11 @@ def test_l8_pinned_workload_catches_a_planted_manager_bug(bug, invariant):
 @pytest.mark.parametrize("bug,invariant", BUGS, ids=IDS)
 def test_l8_fuzz_search_finds_a_planted_manager_bug(bug, invariant):
     assert finds(invariant, lambda w: run(w, bug, 2000), workloads(max_requests=5))
+
+
+def test_l8_dead_blocks_examples():
+    """The window's freeing rule on the boundary cases (exercises/l8_sliding_window.py quotes them)."""
+    from l8_sliding_window.kv_manager import dead_blocks
+    assert [dead_blocks(n, 20, 16) for n in (10, 19, 20, 34, 35, 50, 51, 53)] == [0, 0, 0, 0, 1, 1, 2, 2]
+    assert [dead_blocks(n, 1, 1) for n in (0, 1, 2, 5)] == [0, 1, 2, 5]     # W = 1: only the query itself
+    assert dead_blocks(4096, 4096, 16) == 0 and dead_blocks(4112, 4096, 16) == 1
