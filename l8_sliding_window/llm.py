@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 from l5_scheduler import llm as stage5
+from plumbing.errors import UserError
 from l7_fast import llm as stage7
 
 from .cache import WindowedKVCache
@@ -30,12 +31,26 @@ from .kv_manager import SlidingWindowKVManager
 from .runner import GroupedRunner
 
 
+def check_fits(config, groups) -> None:
+    """A request of max_model_len tokens must fit the pool alone, at its largest: every block in a
+    full group, the window's bound in a windowed one (else the scheduler could never run it)."""
+    bs, L = config.block_size, config.max_model_len
+    full = -(-L // bs)
+    need = sum(full if g.window is None else min(full, -(-(g.window + config.max_num_batched_tokens - 1) // bs) + 1)
+               for g in groups)
+    if need > config.num_blocks:
+        raise UserError(f"one request of max_model_len = {L} tokens needs up to {need} blocks across its {len(groups)} "
+                        f"KV cache groups, but the pool has {config.num_blocks}: raise num_gpu_blocks_override or "
+                        "lower max_model_len (or max_num_batched_tokens, which bounds a windowed group's chunk).")
+
+
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, impl: str = "triton",
                  check: bool = False, fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, **kw):
     """Stage 7's builder with this stage's KV manager, KV cache and runner."""
     cfg, p = model.cfg, next(model.parameters())
     groups = kv_cache_groups(cfg.layer_windows, cfg.num_layers)
     config = dataclasses.replace(config, num_blocks=pool_blocks(config.num_blocks, groups, cfg.num_layers))
+    check_fits(config, groups)
     cache = WindowedKVCache(cfg, groups, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
     kv = SlidingWindowKVManager(config.num_blocks, config.block_size, [g.window for g in groups],
                                 caching=enable_prefix_caching)

@@ -26,6 +26,7 @@ from l5_fake import EOS, next_token
 from l5_fake import _check as l5_check
 from l5_scheduler.request import Request, RequestStatus
 from l5_scheduler.scheduler import Scheduler
+import l6_fake
 from l6_fake import prompt_of
 from l8_sliding_window.kv_manager import SlidingWindowKVManager
 
@@ -34,13 +35,8 @@ EXAMPLES: Counter = Counter()
 
 
 @dataclass
-class Workload:
-    block_size: int
-    num_blocks: int
-    budget: int
-    max_num_seqs: int
-    windows: tuple                                   # per KV cache group: a window or None
-    requests: list[tuple[int, int, int, int, int]]   # (doc, shared len, own len, max_tokens, arrival step)
+class Workload(l6_fake.Workload):                    # stage 6's workload, and the groups' windows
+    windows: tuple = (None,)                         # per KV cache group: a window or None
 
 
 def _check(name: str, ok: bool, detail: str = "") -> None:

@@ -25,8 +25,7 @@ def workloads(draw, max_requests=8):
     budget = draw(st.integers(1, 48))
     reqs = draw(st.lists(st.tuples(st.sampled_from([0, 0, 1]), st.integers(0, 80), st.integers(0, 20),
                                    st.integers(1, 40), st.integers(0, 20)), min_size=1, max_size=max_requests))
-    return Workload(block_size, draw(st.integers(4, 96)), budget, draw(st.integers(1, min(budget, 6))), windows,
-                    reqs)
+    return Workload(block_size, draw(st.integers(4, 96)), budget, draw(st.integers(1, min(budget, 6))), reqs, windows)
 
 
 @pytest.mark.fuzz
@@ -36,8 +35,8 @@ def test_l8_fuzz_windows_free_blocks_never_read_and_outputs_equal_solo(w):
 
 
 def test_l8_fuzz_workloads_really_free_share_and_preempt():
-    s = run(Workload(4, 24, 8, 3, (None, 6, 9), [(0, 40, 3, 20, 0), (0, 40, 5, 12, 0), (0, 30, 0, 6, 2),
-                                                 (0, 40, 3, 10, 9)]))
+    s = run(Workload(4, 24, 8, 3, [(0, 40, 3, 20, 0), (0, 40, 5, 12, 0), (0, 30, 0, 6, 2), (0, 40, 3, 10, 9)],
+                     windows=(None, 6, 9)))
     assert s["freed"] > 0 and s["hits"] > 0 and s["preemptions"] > 0, s
 
 
@@ -76,9 +75,9 @@ BUGS = [
 ]
 W = Workload
 PINNED = {
-    "FreesOneBlockTooMany": W(2, 32, 8, 2, (5,), [(0, 20, 0, 10, 0)]),
-    "NeverFrees": W(2, 64, 8, 2, (5,), [(0, 20, 0, 10, 0)]),
-    "UntaggedHashes": W(4, 64, 16, 2, (None, 8), [(0, 40, 0, 4, 0), (0, 40, 2, 4, 30)]),
+    "FreesOneBlockTooMany": W(2, 32, 8, 2, [(0, 20, 0, 10, 0)], windows=(5,)),
+    "NeverFrees": W(2, 64, 8, 2, [(0, 20, 0, 10, 0)], windows=(5,)),
+    "UntaggedHashes": W(4, 64, 16, 2, [(0, 40, 0, 4, 0), (0, 40, 2, 4, 30)], windows=(None, 8)),
 }
 IDS = lambda x: x.__name__ if isinstance(x, type) else ""   # noqa: E731
 
