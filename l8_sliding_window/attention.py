@@ -65,6 +65,17 @@ def window_attention_ref(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_t
     return out
 
 
+def poison_below_window(args, q_lens, window: int) -> None:
+    """For tests and benchmarks: NaN in every block of a ``make_paged_batch`` batch that lies wholly
+    below the lowest key any query of its sequence sees. A kernel that loads one returns NaN."""
+    _, k, v, _, kv_lens, table = args
+    bs = k.shape[1]
+    for s, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens.tolist())):
+        for i in range(max(0, kv_len - q_len - window + 1) // bs):
+            k[table[s, i]] = float("nan")
+            v[table[s, i]] = float("nan")
+
+
 @triton.jit
 def _window_edge(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, hi, kv_len, limit, window, offs_d,
                  stride_kb, stride_ks, stride_vb, stride_vs, BLOCK_SIZE: tl.constexpr, qk_scale,

@@ -50,13 +50,14 @@ class SlidingWindowKVManager(KVCacheManager):
         super().__init__(num_blocks, block_size)
         self.windows, self.caching = list(windows), caching
         self.pad_block = num_blocks                  # the cache's scratch block: entries never read
-        self._others: dict[object, list[Request]] = {}    # group 0's handle -> groups 1.. handles
+        self._handles: dict[object, list] = {}            # group 0's handle -> every group's handle
         self._skipped: dict[object, int] = {}             # any group's handle -> leading blocks freed
         self.blocks_freed = 0                        # by windows, over the manager's life
 
     # ---- what tests and the lesson read ---------------------------------------------------------
     def handles(self, handle) -> list:
-        return [handle] + self._others.get(handle, [])
+        """The request's handle in every group (group 0's is ``req.kv`` itself)."""
+        return self._handles.get(handle) or [handle]
 
     def skipped(self, handle, group: int = 0) -> int:
         return self._skipped.get(self.handles(handle)[group], 0)
@@ -76,7 +77,7 @@ class SlidingWindowKVManager(KVCacheManager):
             self.allocate_groups(handles, hashes, k, k * bs + n)
         except OutOfBlocks:
             return None
-        self._others[req.kv] = handles[1:]
+        self._handles[req.kv] = handles
         if req.num_preemptions:
             self.stats.readmit_queries += req.num_tokens
             self.stats.readmit_hits += k * bs
@@ -124,7 +125,7 @@ class SlidingWindowKVManager(KVCacheManager):
             self.pool.free([self.pool.blocks[b] for b in reversed(held)])
             self._num_cached.pop(h, None)
             h.blocks, h.slot_indices, h.cur_len, h.freed = [], [], 0, True
-        self._others.pop(handle, None)
+        self._handles.pop(handle, None)
         self._hashes.pop(handle, None)
 
     # ---- the pieces ----------------------------------------------------------------------------------

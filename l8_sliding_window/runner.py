@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from l7_fast.cache import FastMeta
-from l7_fast.runner import FastRunner, is_uniform_decode
+from l7_fast.runner import FastRunner
 from l7_fast.step_inputs import StepInputs
 
 
@@ -43,6 +43,7 @@ class GroupedRunner(FastRunner):
         T, S, pin = config.max_num_batched_tokens, config.max_num_seqs, self.device.type == "cuda"
         self.host_slots = torch.full((G - 1, T), self.cache.pad_slot, dtype=torch.int64, pin_memory=pin)
         self.host_rows = torch.full((G - 1, S), self.buf.pad_row, dtype=torch.int32, pin_memory=pin)
+        self.slots_np, self.rows_np = self.host_slots.numpy(), self.host_rows.numpy()   # filled in place
         self.dev_slots, self.dev_rows = self.host_slots.to(self.device), self.host_rows.to(self.device)
         self.group_copied = torch.cuda.Event() if pin else None
 
@@ -55,19 +56,18 @@ class GroupedRunner(FastRunner):
         lay, max_kv = super().prepare(out, pad_to)   # stage 7's inputs; gives group handles their rows
         if self.group_copied is not None:
             self.group_copied.synchronize()          # the last step's copy has left the host buffers
-        decode = is_uniform_decode(out)
         rows = self.buf.rows
         for g in range(1, self.num_groups):
             slots, seq_rows = [], []
             for req, n in out.scheduled:
                 row, handle, _ = rows[(req.request_id, g)]
                 start = req.kv.cur_len
-                slots += handle.slot_indices[start:start + (1 if decode else n)]
+                slots += handle.slot_indices[start:start + n]
                 seq_rows.append(row)
-            self.host_slots[g - 1, :len(slots)] = torch.tensor(slots, dtype=torch.int64)
-            self.host_slots[g - 1, len(slots):lay.T] = self.cache.pad_slot
-            self.host_rows[g - 1, :len(seq_rows)] = torch.tensor(seq_rows, dtype=torch.int32)
-            self.host_rows[g - 1, len(seq_rows):lay.S] = self.buf.pad_row
+            self.slots_np[g - 1, :len(slots)] = slots              # numpy converts the list: no tensor per step
+            self.slots_np[g - 1, len(slots):lay.T] = self.cache.pad_slot
+            self.rows_np[g - 1, :len(seq_rows)] = seq_rows
+            self.rows_np[g - 1, len(seq_rows):lay.S] = self.buf.pad_row
         self.dev_slots[:, :lay.T].copy_(self.host_slots[:, :lay.T], non_blocking=True)
         self.dev_rows[:, :lay.S].copy_(self.host_rows[:, :lay.S], non_blocking=True)
         if self.group_copied is not None:

@@ -47,17 +47,10 @@ from l3_paged.attention_triton import paged_attention_triton  # noqa: E402
 from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 from l7_fast.attention_split import _num_sms, paged_attention_split, pick_num_splits  # noqa: E402
 from l8_sliding_window import paged_attention_window, window_attention_ref  # noqa: E402
+from l8_sliding_window.attention import poison_below_window  # noqa: E402
 from l8_sliding_window.attention_split import paged_attention_window_split  # noqa: E402
 
 H_Q, H_KV, D, BS = 32, 8, 128, 16
-
-
-def poison_below(args, q_len, window):
-    _, k, v, _, kv_lens, table = args
-    for s, kv_len in enumerate(kv_lens.tolist()):
-        for i in range(max(0, kv_len - q_len - window + 1) // BS):
-            k[table[s, i]] = float("nan")
-            v[table[s, i]] = float("nan")
 
 
 def timed(device, fn):
@@ -80,7 +73,7 @@ def decode_rows(device, dtype, batches, ctxs, window, bw):
             ref = window_attention_ref(*args, window=window)
             plain = lambda: paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx, num_splits=ns)  # noqa: E731
             ms_plain = timed(device, plain)
-            poison_below(args, 1, window)
+            poison_below_window(args, [1] * B, window)
             win = lambda: paged_attention_window_split(*args, max_seqlen_q=1, window=window, num_splits=ns)  # noqa: E731
             err = (win().float() - ref.float()).abs().max().item()
             ms_win = timed(device, win)

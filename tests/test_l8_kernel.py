@@ -7,22 +7,12 @@ from l3_paged.attention_ref import paged_attention_ref
 from l3_paged.kernel_config import KernelConfig
 from l3_paged.paged_batch import make_paged_batch
 from l8_sliding_window import paged_attention_window, window_attention_ref, window_keys
+from l8_sliding_window.attention import poison_below_window
 from plumbing.errors import UserError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = [(torch.float32, 1e-5), (torch.float16, 2e-3)] + ([(torch.bfloat16, 2e-2)] if DEV == "cuda" else [])
 BATCHES = {"mixed": ([1, 5, 33], [300, 5, 90]), "prefill": ([70], [70]), "decodes": ([1, 1, 1], [17, 64, 129])}
-
-
-def poison_out_of_window(args, q_lens, window):
-    """NaN in every block that lies wholly below the lowest key any query of its sequence sees."""
-    _, k, v, _, kv_lens, table = args
-    bs = k.shape[1]
-    for s, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens.tolist())):
-        lowest = kv_len - q_len - window + 1
-        for i in range(max(0, lowest) // bs):
-            k[table[s, i]] = float("nan")
-            v[table[s, i]] = float("nan")
 
 
 @pytest.mark.parametrize("dtype,tol", DTYPES)
@@ -32,7 +22,7 @@ def test_l8_kernel_matches_reference_and_never_reads_below_the_window(dtype, tol
     q_lens, kv_lens = BATCHES[batch]
     args = make_paged_batch(q_lens, kv_lens, 4, 2, 16, 16, dtype, DEV)
     ref = window_attention_ref(*args, window=window)
-    poison_out_of_window(args, q_lens, window)
+    poison_below_window(args, q_lens, window)
     out = paged_attention_window(*args, max_seqlen_q=max(q_lens), window=window)
     assert not out.isnan().any()
     torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
@@ -78,7 +68,7 @@ def test_l8_split_kernel_matches_reference_and_never_reads_below_the_window(dtyp
     q_lens, kv_lens = [1, 1, 1, 1], [17, 64, 129, 300]
     args = make_paged_batch(q_lens, kv_lens, 4, 2, 16, 16, dtype, DEV)
     ref = window_attention_ref(*args, window=window)
-    poison_out_of_window(args, q_lens, window)
+    poison_below_window(args, q_lens, window)
     out = paged_attention_window_split(*args, max_seqlen_q=1, window=window, num_splits=num_splits)
     assert not out.isnan().any()
     torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
