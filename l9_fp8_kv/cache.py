@@ -1,0 +1,88 @@
+"""Stage 8's KV cache, stored in e4m3 with scales.
+
+    K[layer], V[layer]              [num_blocks + 1, block_size, H_kv, D]  float8_e4m3fn (1 byte a value)
+    k_scale[layer], v_scale[layer]  [num_blocks + 1, block_size, H_kv]     float32
+        "fp8" (per tensor)          one value per layer (1.0: vLLM's default without calibrated scales),
+                                    expanded: every stride 0, no memory
+        "fp8_per_token_head"        its own storage: one scale per token and head, written with the codes
+
+The tensors are shared between KV cache groups as in stage 8 (layer i of every group in tensor
+i), the scale tensors with them. Writes go through the fused kernel (write.py, called by ops.py)
+or, on the torch path, through ``set_kv`` and ``quantize_kv``; attention through stage 9's
+kernels (attention.py, attention_split.py) or their reference.
+
+A block of g layers holds 2 g block_size H_kv (D + s) bytes, s = 4 for per token-head scales and
+0 for per-tensor ones: against bfloat16's 2 g block_size H_kv 2 D, 2x the blocks in the same
+memory per tensor, 2D / (D + 4) (1.94x at D = 128) per token-head.
+"""
+from __future__ import annotations
+
+import torch
+
+from l7_fast.cache import FastMeta
+from l8_sliding_window.cache import WindowedKVCache
+from l8_sliding_window.groups import KVGroup, group_size
+
+from .attention import fp8_attention_ref, paged_attention_fp8
+from .attention_split import paged_attention_fp8_split
+from .e4m3 import FP8, quantize_kv
+
+KV_CACHE_DTYPES = {"fp8": False, "fp8_e4m3": False, "fp8_per_token_head": True}   # name -> per token-head?
+
+
+def bytes_per_block(cfg, groups: list[KVGroup], block_size: int, per_token: bool) -> int:
+    """Bytes of one block of the shared pool (g layers' K and V codes, and their scales)."""
+    return 2 * group_size(groups) * block_size * cfg.num_kv_heads * (cfg.head_dim + (4 if per_token else 0))
+
+
+class Fp8KVCache(WindowedKVCache):
+    def __init__(self, cfg, groups: list[KVGroup], num_blocks: int, block_size: int, device, dtype,
+                 impl: str = "triton", per_token: bool = False):
+        super().__init__(cfg, groups, num_blocks, block_size, device, FP8, impl=impl)
+        self.model_dtype, self.per_token = dtype, per_token
+        shape = self.K[0].shape[:3]
+        if per_token:
+            tensors = [torch.ones(shape, device=device, dtype=torch.float32) for _ in range(2 * group_size(groups))]
+            ks, vs = tensors[::2], tensors[1::2]
+            self.k_scale = [ks[t] for _, t in self.slots]               # shared like K and V
+            self.v_scale = [vs[t] for _, t in self.slots]
+        else:
+            one = [torch.ones(1, device=device, dtype=torch.float32).expand(shape) for _ in range(2 * cfg.num_layers)]
+            self.k_scale, self.v_scale = one[::2], one[1::2]            # one value per layer, 0 strides
+        self.bytes_per_block = bytes_per_block(cfg, groups, block_size, per_token)
+
+    @property
+    def nbytes(self) -> int:
+        unique = {id(t): t for t in self.K + self.V + self.k_scale + self.v_scale}.values()
+        return sum(t.untyped_storage().nbytes() for t in unique)
+
+    def set_kv(self, layer: int, slot_mapping, k, v) -> None:
+        """The torch path's write (TorchOps and the tests): quantize, then store codes and scales."""
+        for cache, scales, x in ((self.K[layer], self.k_scale[layer], k), (self.V[layer], self.v_scale[layer], v)):
+            _, _, h, d = cache.shape
+            given = None if self.per_token else scales.reshape(-1, h)[slot_mapping]
+            codes, s = quantize_kv(x, given)
+            cache.view(-1, h, d)[slot_mapping] = codes
+            if self.per_token:
+                scales.view(-1, h)[slot_mapping] = s
+
+    def attend_cached(self, layer: int, q, meta: FastMeta):
+        g = self.slots[layer][0]
+        table = meta.group_tables[g] if g else meta.block_table
+        args = (q, self.K[layer], self.V[layer], self.k_scale[layer], self.v_scale[layer], meta.cu_seqlens_q,
+                meta.seq_lens_kv, table)
+        window = self.groups[g].window
+        if self.impl == "torch":
+            return fp8_attention_ref(*args, window=window)
+        if meta.num_splits > 1:
+            return paged_attention_fp8_split(*args, max_seqlen_q=meta.max_seqlen_q, num_splits=meta.num_splits,
+                                             window=window)
+        return paged_attention_fp8(*args, max_seqlen_q=meta.max_seqlen_q, window=window)
+
+
+def fp8_pool_blocks(num_blocks: int, cfg, groups, block_size: int, model_dtype, per_token: bool) -> int:
+    """Blocks of the e4m3 pool in the memory of ``num_blocks`` model-dtype blocks of the shared pool."""
+    model = 2 * group_size(groups) * block_size * cfg.num_kv_heads * cfg.head_dim * torch.empty(
+        0, dtype=model_dtype).element_size()
+    return num_blocks * model // bytes_per_block(cfg, groups, block_size, per_token)
+
