@@ -220,3 +220,16 @@ def _l8_engine(model, n_tokens):
 
 
 register("l8_sliding_window", _l8_engine, _l6_generate, layerwise=False)
+
+
+def _l9_engine(model, n_tokens, kv_cache_dtype="auto"):
+    """Stage 9 with ``kv_cache_dtype="auto"``: stage 8's engine exactly (the fp8 line is separate)."""
+    from l9_fp8_kv import build_engine
+
+    from . import l6_demo as demo
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True,
+                        kv_cache_dtype=kv_cache_dtype)
+
+
+register("l9_fp8_kv", _l9_engine, _l6_generate, layerwise=False)
+FP8_LINE = ("l9_fp8_kv[fp8]", lambda model, n: _l9_engine(model, n, "fp8"), _l6_generate)

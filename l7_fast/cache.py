@@ -19,6 +19,7 @@ from l3_paged.attention_ref import paged_attention_ref
 from l3_paged.attention_triton import paged_attention_triton
 from l3_paged.cache import PagedKVCache
 from l3_paged.metadata import PagedMeta
+from l3_paged.validate import check_paged_layout
 
 from .attention_split import paged_attention_split
 
@@ -39,6 +40,11 @@ class FastKVCache(PagedKVCache):
         """The slots ``layer``'s new K/V are written to. The cache owns the addressing, so the fused
         write (ops.py) asks it: here every layer uses the step's one mapping."""
         return meta.slot_mapping
+
+    def check_layout(self, q, cu_seqlens_q, seq_lens_kv, block_table) -> None:
+        """--check: the step's attention inputs against this cache (the runner asks the cache, which
+        knows its storage: stage 9's holds e4m3 codes, not q's dtype)."""
+        check_paged_layout(q, self.K[0], self.V[0], cu_seqlens_q, seq_lens_kv, block_table)
 
     def attend(self, layer: int, q, k, v, meta: FastMeta):     # the torch ops path (TorchOps)
         self.set_kv(layer, self.slot_mapping(layer, meta), k, v)

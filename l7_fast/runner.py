@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from l3_paged.validate import check_paged_layout
 from l5_scheduler.runner import RunnerOutput
 from plumbing.exercise import learner_can_replace
 
@@ -160,8 +159,9 @@ class FastRunner:
         block lists it stands for."""
         f = self.buf.tensors(lay)
         table = self.buf.table.index_select(0, f["rows"])
-        q = torch.empty(lay.T, self.cfg.num_heads, self.cfg.head_dim, device=self.device, dtype=self.cache.K[0].dtype)
-        check_paged_layout(q, self.cache.K[0], self.cache.V[0], f["cu_seqlens_q"], f["seq_lens_kv"], table)
+        dtype = next(self.model.parameters()).dtype                      # q's: the model's
+        q = torch.empty(lay.T, self.cfg.num_heads, self.cfg.head_dim, device=self.device, dtype=dtype)
+        self.cache.check_layout(q, f["cu_seqlens_q"], f["seq_lens_kv"], table)
         rows = table.tolist()
         for s, (req, n) in enumerate(out.scheduled):
             need = -(-(req.kv.cur_len + n) // self.block_size)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import torch
 
+from l3_paged.validate import check_paged_layout
 from l7_fast.cache import FastMeta
 from l8_sliding_window.cache import WindowedKVCache
 from l8_sliding_window.groups import KVGroup, group_size
 
-from .attention import fp8_attention_ref, paged_attention_fp8
+from .attention import check_fp8_cache, fp8_attention_ref, paged_attention_fp8
 from .attention_split import paged_attention_fp8_split
 from .e4m3 import FP8, quantize_kv
 
@@ -55,6 +56,13 @@ class Fp8KVCache(WindowedKVCache):
     def nbytes(self) -> int:
         unique = {id(t): t for t in self.K + self.V + self.k_scale + self.v_scale}.values()
         return sum(t.untyped_storage().nbytes() for t in unique)
+
+    def check_layout(self, q, cu_seqlens_q, seq_lens_kv, block_table) -> None:
+        """--check: e4m3 codes and float32 scales, then stage 3's layout rules on a stand-in of q's
+        dtype (one block converted, expanded to the cache's shape: no memory)."""
+        check_fp8_cache(q, self.K[0], self.V[0], self.k_scale[0], self.v_scale[0])
+        like_q = self.K[0][:1].to(q.dtype).expand(self.K[0].shape)
+        check_paged_layout(q, like_q, like_q, cu_seqlens_q, seq_lens_kv, block_table)
 
     def set_kv(self, layer: int, slot_mapping, k, v) -> None:
         """The torch path's write (TorchOps and the tests): quantize, then store codes and scales."""
