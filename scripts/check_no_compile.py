@@ -4,6 +4,7 @@
     PYTHONPATH=. python scripts/check_no_compile.py --model qwen3-0.6b   # the real shape, random weights
     PYTHONPATH=. python scripts/check_no_compile.py --plant              # a variant start-up cannot see: exits 1
     PYTHONPATH=. python scripts/check_no_compile.py --stage l8_sliding_window --model tiny-qwen2-hybrid
+    PYTHONPATH=. python scripts/check_no_compile.py --stage l9_fp8_kv --kv-cache-dtype fp8 --model tiny-qwen2-hybrid
 
 The script points TRITON_CACHE_DIR at an empty directory (a new temporary one, or --cache-dir)
 before Triton loads, builds l7_fast's ``LLM`` (whose start-up compiles every kernel variant the
@@ -33,8 +34,11 @@ def parse(argv):
     ap.add_argument("--model", choices=("tiny-qwen3", "tiny-mistral", "tiny-qwen2-hybrid", "qwen3-0.6b"),
                     default="tiny-qwen3", help="a tiny checkpoint of the project's (the windowed ones need "
                     "--stage l8_sliding_window) or qwen3-0.6b (random weights, real shape)")
-    ap.add_argument("--stage", choices=("l7_fast", "l8_sliding_window"), default="l7_fast",
-                    help="whose LLM serves (default l7_fast; l8_sliding_window also launches the windowed kernels)")
+    ap.add_argument("--stage", choices=("l7_fast", "l8_sliding_window", "l9_fp8_kv"), default="l7_fast",
+                    help="whose LLM serves (default l7_fast; l8_sliding_window also launches the windowed kernels, "
+                         "l9_fp8_kv with --kv-cache-dtype fp8 the e4m3 ones)")
+    ap.add_argument("--kv-cache-dtype", choices=("fp8", "fp8_per_token_head"), default=None,
+                    help="stage 9's KV cache (needs --stage l9_fp8_kv)")
     ap.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
     ap.add_argument("--cache-dir", default=None, help="the Triton cache to use; must be empty or absent "
                                                       "(default: a new temporary directory)")
@@ -44,7 +48,10 @@ def parse(argv):
                          "the tests pass a small pool so that the check runs beside other GPU tests")
     ap.add_argument("--plant", action="store_true", help="plant a tile choice start-up cannot see (must fail)")
     ap.add_argument("--seed", type=int, default=0)
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if a.kv_cache_dtype and a.stage != "l9_fp8_kv":
+        ap.error("--kv-cache-dtype is stage 9's option: add --stage l9_fp8_kv")
+    return a
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,7 +138,8 @@ def main(argv=None) -> int:
     if os.path.abspath(cache) != os.path.abspath(wanted):
         sys.exit(f"Triton uses the cache {cache}, not {wanted}: was triton imported before this script set it?")
     t0 = time.perf_counter()
-    llm = LLM(path, device="cuda", dtype=a.dtype, seed=a.seed, num_gpu_blocks_override=a.num_gpu_blocks)
+    kv = dict(kv_cache_dtype=a.kv_cache_dtype) if a.kv_cache_dtype else {}
+    llm = LLM(path, device="cuda", dtype=a.dtype, seed=a.seed, num_gpu_blocks_override=a.num_gpu_blocks, **kv)
     print(f"start-up: {time.perf_counter() - t0:.1f} s ({a.stage}, {a.model}, {a.dtype}, Triton cache {cache}: "
           f"{len(cache_entries(cache))} entries after start-up)")
     before = cache_entries(cache)

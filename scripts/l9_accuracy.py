@@ -61,7 +61,15 @@ def engine_run(model, kv_dtype, prompts, args):
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
     reqs = llm.llm_engine.requests
-    return [(o.outputs[0].token_ids, reqs[o.request_id].logits) for o in outs], llm.llm_engine.scheduler.kv.num_blocks
+    runs = [(o.outputs[0].token_ids, reqs[o.request_id].logits) for o in outs]
+    blocks = llm.llm_engine.scheduler.kv.num_blocks
+    del llm, reqs, outs                       # the next engine takes the GPU's free memory for its pool: free this one's
+    import gc
+    import torch
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return runs, blocks
 
 
 def compare(hf, prompts, runs, bound):

@@ -72,3 +72,20 @@ def test_l9_accuracy_check_passes_and_fails_on_a_planted_quantizer(monkeypatch, 
     monkeypatch.setattr(cache, "quantize_kv", planted)
     assert main(argv) == 1
     assert "accuracy: FAIL" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kv_cache_dtype", ["fp8", "fp8_per_token_head"])
+def test_l9_nothing_compiles_after_start_up_on_the_gpu(kv_cache_dtype, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    argv = [sys.executable, "scripts/check_no_compile.py", "--cache-dir", str(tmp_path / "triton"), "--num-gpu-blocks",
+            "512", "--stage", "l9_fp8_kv", "--kv-cache-dtype", kv_cache_dtype, "--model", "tiny-qwen2-hybrid"]
+    r = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "nothing compiled after start-up" in out, out[-3000:]
