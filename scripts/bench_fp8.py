@@ -74,7 +74,6 @@ def decode_row(device, dtype, B, ctx, bw):
     qd = base[0].view(B, H_Q, 1, D)
     kd = torch.randn(B, H_KV, ctx, D, device=device, dtype=dtype)
     row["sdpa_ms"] = timed(device, lambda: sdpa(qd, kd, kd, False))
-    del kd
     table_bytes = base[5].numel() * 4
     row["bf16_bytes"] = 2 * B * ctx * H_KV * D * base[1].element_size() + table_bytes
     for name, per_token in (("fp8", False), ("fp8_per_token_head", True)):
@@ -84,7 +83,6 @@ def decode_row(device, dtype, B, ctx, bw):
         row[f"{name}_ms"] = timed(device, fn)
         row[f"{name}_bytes"] = 2 * B * ctx * H_KV * (D + (4 if per_token else 0)) + table_bytes
         row[f"{name}_speedup"] = row["bf16_ms"] / row[f"{name}_ms"]
-        del args
     for k in ("bf16", "fp8", "fp8_per_token_head"):
         row[f"{k}_copy_frac"] = row[f"{k}_bytes"] / row[f"{k}_ms"] / 1e6 / bw if bw else None
     print(f"  decode {B}x{ctx} ({ns} splits): bf16 {row['bf16_ms'] * 1e3:.1f} us, fp8 {row['fp8_ms'] * 1e3:.1f} us "
