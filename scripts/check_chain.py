@@ -22,6 +22,28 @@ def print_refusals(refused: dict) -> None:
         print(f"| {name:<18} | refused: the checkpoint has sliding windows, this stage does not implement them |")
 
 
+def print_table(results: dict) -> None:
+    print(f"| {'stage':<18} | tokens identical | first diff | max abs logit diff | margin at diff |")
+    print(f"|{'-' * 20}|------------------|------------|--------------------|----------------|")
+    for name, (gen, c) in results.items():
+        first = "-" if c["first_diff"] is None else str(c["first_diff"])
+        margin = "-" if c["margin_at_diff"] is None else f"{c['margin_at_diff']:.3g}"
+        print(f"| {name:<18} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
+              f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
+
+
+def fp8_line(ref, ld, n, args, seconds) -> dict:
+    """Stage 9 with an fp8 KV cache on the same workload: lossy by design, so compared, not judged."""
+    from harness.stages import FP8_LINE, compare
+    name, make, generate = FP8_LINE
+    t0 = time.perf_counter()
+    cfg = ld.model.cfg
+    gen = generate(make(ld.model, n), ld.prompt_ids, args.max_new_tokens, cfg.eos_token_ids,
+                   cfg.max_position_embeddings)
+    seconds[name] = time.perf_counter() - t0
+    return compare(ref, gen)
+
+
 def print_fp8_line(c: dict, margins: list) -> None:
     """The fp8 KV cache cannot be token-exact: its line says how far it agrees, and claims nothing."""
     upto = len(margins) if c["first_diff"] is None else c["first_diff"]
@@ -39,7 +61,7 @@ def main(argv=None) -> int:
                    help="comma-separated subset of stages to run, e.g. 'l1_dense,l5_scheduler' "
                         "(default: all; an unknown name lists them)")
     args = p.parse_args(argv)                # a bad flag stops here, before torch loads
-    from harness.stages import FP8_LINE, compare, hf_generate, select
+    from harness.stages import compare, hf_generate, select
     from plumbing.errors import WindowsUnsupported
     from l1_dense.checkpoint import resolve_model_dir
     from l1_dense.generate import check_prompt
@@ -65,12 +87,7 @@ def main(argv=None) -> int:
         seconds[s.name] = time.perf_counter() - t0
         print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)
         results[s.name] = (gen, compare(ref, gen))
-    fp8 = None
-    if "l9_fp8_kv" in results and not args.no_fp8_line:       # lossy by design: agreement, not identity
-        name, make, generate = FP8_LINE
-        t0 = time.perf_counter()
-        fp8 = compare(ref, generate(make(ld.model, n), ld.prompt_ids, args.max_new_tokens, eos, ctx))
-        seconds[name] = time.perf_counter() - t0
+    fp8 = fp8_line(ref, ld, n, args, seconds) if "l9_fp8_kv" in results and not args.no_fp8_line else None
 
     margins = [float(t.topk(2).values[0] - t.topk(2).values[1]) for t in ref.logits]
     print(f"model={ld.label} device={ld.device} dtype={ld.dtype_name} prompt_len={len(ld.prompt_ids)} "
@@ -78,13 +95,7 @@ def main(argv=None) -> int:
     print(f"oracle (HF generate) : {ref.token_ids}")
     print(f"oracle top-1 margin  : min {min(margins):.4g} over the {len(margins)} steps")
     print()
-    print(f"| {'stage':<18} | tokens identical | first diff | max abs logit diff | margin at diff |")
-    print(f"|{'-' * 20}|------------------|------------|--------------------|----------------|")
-    for name, (gen, c) in results.items():
-        first = "-" if c["first_diff"] is None else str(c["first_diff"])
-        margin = "-" if c["margin_at_diff"] is None else f"{c['margin_at_diff']:.3g}"
-        print(f"| {name:<18} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
-              f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
+    print_table(results)
     print_refusals(refused)
     if fp8 is not None:
         print_fp8_line(fp8, margins)

@@ -12,7 +12,8 @@ from harness.stages import STAGES
 @pytest.mark.parametrize("family", ["qwen3", pytest.param("llama", marks=pytest.mark.lessons),
                                     pytest.param("qwen2", marks=pytest.mark.lessons)])
 def test_every_stage_matches_hf_generate_for_20_tokens(family, chain_run):
-    rc, out = chain_run(family)
+    """(stage 9's fp8 line is the README test's: it reports agreement, and costs 30 s of interpreter)"""
+    rc, out = chain_run(family, fp8_line=False)
     print(out)
     assert rc == 0, out
     assert "chain: OK" in out and out.count("| yes ") == len(STAGES)

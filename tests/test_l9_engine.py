@@ -43,11 +43,11 @@ def test_l9_triton_path_emits_the_reference_paths_tokens_batched_chunked_preempt
     """The same quantized values through two paths: fused write + Triton kernels, and torch ops +
     quantize_kv + the attention reference. On the hybrid (windows freed) with a small pool; the
     deep case has requests enough to run the pool dry (40 blocks per token-head, 48 per tensor)."""
-    prompts = [P * 2, P[:7], P[5:] + P, P * 2 + [7, 8]] + ([P[3:] * 2, P[9:] + P, P[1:] * 2, P + P[:20]] if many else [])
+    prompts = [P * 2, P * 2 + [7, 8]] + ([P[:7], P[5:] + P, P[3:] * 2, P[9:] + P, P[1:] * 2, P + P[:20]] if many else [])
     kw = dict(dtype="float32", max_num_batched_tokens=32, num_gpu_blocks_override=4, kv_cache_dtype=kv_cache_dtype)
     ref = LLM("tiny-qwen2-hybrid", impl="torch", fused_ops=False, **kw)
     tri = LLM("tiny-qwen2-hybrid", **kw)
-    assert run(tri, prompts, 8 if many else 6) == run(ref, prompts, 8 if many else 6)   # the 4th shares the 1st's blocks
+    assert run(tri, prompts, 8 if many else 4) == run(ref, prompts, 8 if many else 4)   # the 2nd shares the 1st's blocks
     stats = tri.llm_engine.stats
     assert not many or any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
     assert any(n < full for s in stats for _, _, n, full in s.chunks), "no prompt was chunked"
