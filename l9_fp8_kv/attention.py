@@ -156,9 +156,11 @@ def check_fp8_cache(q, k_cache, v_cache, k_scale, v_scale) -> None:
 
 def paged_attention_fp8(q, k_cache, v_cache, k_scale, v_scale, cu_seqlens_q, seq_lens_kv, block_table, *,
                         max_seqlen_q: int, window: int | None = None, scale=None,
-                        config: KernelConfig | None = None):
-    """Stage 8's ``paged_attention_window`` on an e4m3 cache; ``window=None``: full attention."""
-    check_fp8_cache(q, k_cache, v_cache, k_scale, v_scale)
+                        config: KernelConfig | None = None, check: bool = True):
+    """Stage 8's ``paged_attention_window`` on an e4m3 cache; ``window=None``: full attention.
+    ``check=False``: the engine, whose cache checks the layout once per step (``--check``)."""
+    if check:
+        check_fp8_cache(q, k_cache, v_cache, k_scale, v_scale)
     T, H_q, D = q.shape
     _, block_size, H_kv, _ = k_cache.shape
     out = torch.empty_like(q)

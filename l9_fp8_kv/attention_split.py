@@ -84,15 +84,17 @@ def _fp8_split_kernel(q_ptr, kc, vc, ks, vs, acc_ptr, m_ptr, l_ptr, kv_lens_ptr,
 
 def paged_attention_fp8_split(q, k_cache, v_cache, k_scale, v_scale, cu_seqlens_q, seq_lens_kv, block_table, *,
                               max_seqlen_q: int, num_splits: int, window: int | None = None, scale=None,
-                              config: KernelConfig | None = None):
+                              config: KernelConfig | None = None, check: bool = True):
     """``paged_attention_fp8`` whose decode steps split the keys a query sees over ``num_splits``
     programs; steps with a prefill chunk, and ``num_splits == 1``, run ``paged_attention_fp8``."""
     T, H_q, D = q.shape
     S = seq_lens_kv.shape[0]
     if max_seqlen_q != 1 or T != S or num_splits == 1 or not 1 <= D <= 256:
         return paged_attention_fp8(q, k_cache, v_cache, k_scale, v_scale, cu_seqlens_q, seq_lens_kv, block_table,
-                                   max_seqlen_q=max_seqlen_q, window=window, scale=scale, config=config)
-    check_fp8_cache(q, k_cache, v_cache, k_scale, v_scale)
+                                   max_seqlen_q=max_seqlen_q, window=window, scale=scale, config=config,
+                                   check=check)
+    if check:
+        check_fp8_cache(q, k_cache, v_cache, k_scale, v_scale)
     if not isinstance(num_splits, int) or not 1 <= num_splits <= 65535:
         raise UserError(f"num_splits must be a host int in 1..65535, got {num_splits!r}")
     _, block_size, H_kv, _ = k_cache.shape

@@ -84,13 +84,12 @@ class Fp8KVCache(WindowedKVCache):
             return fp8_attention_ref(*args, window=window)
         if meta.num_splits > 1:
             return paged_attention_fp8_split(*args, max_seqlen_q=meta.max_seqlen_q, num_splits=meta.num_splits,
-                                             window=window)
-        return paged_attention_fp8(*args, max_seqlen_q=meta.max_seqlen_q, window=window)
+                                             window=window, check=False)
+        return paged_attention_fp8(*args, max_seqlen_q=meta.max_seqlen_q, window=window, check=False)
 
 
 def fp8_pool_blocks(num_blocks: int, cfg, groups, block_size: int, model_dtype, per_token: bool) -> int:
     """Blocks of the e4m3 pool in the memory of ``num_blocks`` model-dtype blocks of the shared pool."""
-    model = 2 * group_size(groups) * block_size * cfg.num_kv_heads * cfg.head_dim * torch.empty(
-        0, dtype=model_dtype).element_size()
+    model = 2 * group_size(groups) * block_size * cfg.num_kv_heads * cfg.head_dim * model_dtype.itemsize
     return num_blocks * model // bytes_per_block(cfg, groups, block_size, per_token)
 

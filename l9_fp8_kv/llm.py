@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from l1_dense.model import TorchOps
 from l5_scheduler import llm as stage5
 from plumbing.errors import UserError
 from l7_fast import llm as stage7
+from l7_fast.gemv import GEMV_MAX_M
 from l8_sliding_window import llm as stage8
 from l8_sliding_window.groups import kv_cache_groups, pool_blocks
 from l8_sliding_window.kv_manager import SlidingWindowKVManager
@@ -56,7 +58,7 @@ def build_engine(model, tokenizer, config, *, kv_cache_dtype: str = "auto", enab
                        per_token=per_token)
     kv = SlidingWindowKVManager(config.num_blocks, config.block_size, [g.window for g in groups],
                                 caching=enable_prefix_caching)
-    ops = Fp8Ops(model, **({} if gemv else {"gemv_max_m": 0})) if fused_ops else stage7.make_ops(model, fused_ops=False)
+    ops = Fp8Ops(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()   # stage 7's make_ops
     runner = GroupedRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv, cache=cache,
                            num_groups=len(groups))
     return stage7.build_engine(model, tokenizer, config, kv=kv, runner=runner, **common)

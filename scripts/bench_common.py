@@ -6,6 +6,7 @@ import gc
 import os
 import random
 import sys
+import time
 
 import torch
 
@@ -36,6 +37,17 @@ def build_checkpoint(path: str, preset: str = "Qwen/Qwen3-0.6B") -> str:
 def workload(n, lo, hi, vocab, seed):
     rng = random.Random(seed)
     return [([rng.randrange(vocab) for _ in range(rng.randint(lo, hi))], rng.randint(lo, hi)) for _ in range(n)]
+
+
+def timed(device, fn) -> float:
+    """Milliseconds of one ``fn()``: from a CUDA graph with L2 flushed on a GPU (kernel_bench.graph_ms),
+    wall time on a CPU (the interpreter: a smoke test, not performance)."""
+    if device != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    from kernel_bench import graph_ms
+    return graph_ms(fn)
 
 
 def sync():

@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import l9_fp8_kv  # noqa: E402,F401  (before triton: picks GPU or interpreter)
 from bench_attention import sdpa  # noqa: E402
-from bench_common import bench_device, build_checkpoint, ceilings, free, pyplot  # noqa: E402
+from bench_common import bench_device, build_checkpoint, ceilings, free, pyplot, timed  # noqa: E402
 from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 from l7_fast.attention_split import _num_sms, paged_attention_split, pick_num_splits  # noqa: E402
 from l9_fp8_kv import fp8_attention_ref, paged_attention_fp8_split  # noqa: E402
@@ -55,14 +55,6 @@ from l9_fp8_kv.attention import quantize_batch  # noqa: E402
 
 H_Q, H_KV, D, BS = 32, 8, 128, 16
 
-
-def timed(device, fn):
-    if device != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    from kernel_bench import graph_ms
-    return graph_ms(fn)
 
 
 def decode_row(device, dtype, B, ctx, bw):

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import l8_sliding_window  # noqa: E402,F401  (before triton: picks GPU or interpreter)
 from bench_attention import sdpa  # noqa: E402
-from bench_common import bench_device, ceilings, pyplot  # noqa: E402
+from bench_common import bench_device, ceilings, pyplot, timed  # noqa: E402
 from l3_paged.attention_triton import paged_attention_triton  # noqa: E402
 from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 from l7_fast.attention_split import _num_sms, paged_attention_split, pick_num_splits  # noqa: E402
@@ -52,14 +52,6 @@ from l8_sliding_window.attention_split import paged_attention_window_split  # no
 
 H_Q, H_KV, D, BS = 32, 8, 128, 16
 
-
-def timed(device, fn):
-    if device != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    from kernel_bench import graph_ms
-    return graph_ms(fn)
 
 
 def decode_rows(device, dtype, batches, ctxs, window, bw):
