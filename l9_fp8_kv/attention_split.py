@@ -25,7 +25,7 @@ from l3_paged.attention_triton import LOG2E
 from l3_paged.kernel_config import KernelConfig
 from l7_fast.attention_split import _merge, _split_chunk, split_config
 
-from .attention import NO_WINDOW, _fp8_tiles, check_fp8_cache, paged_attention_fp8
+from .attention import NO_WINDOW, _fp8_tiles, _tensor_scales, check_fp8_cache, dot_dtype, paged_attention_fp8
 from .write import kernel_view
 
 
@@ -42,7 +42,7 @@ def _fp8_split_kernel(q_ptr, kc, vc, ks, vs, acc_ptr, m_ptr, l_ptr, kv_lens_ptr,
                       num_splits, window, stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_sb,
                       stride_ss, stride_sh, stride_bt, BLOCK_SIZE: tl.constexpr, G: tl.constexpr,
                       ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                      UPCAST: tl.constexpr, BY_HAND: tl.constexpr):
+                      DOT: tl.constexpr, BY_HAND: tl.constexpr, PER_TENSOR: tl.constexpr):
     kv_head, split, seq = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     kv_len = tl.load(kv_lens_ptr + seq)
     base = tl.maximum(kv_len - window, 0) // BLOCK_N * BLOCK_N
@@ -60,13 +60,11 @@ def _fp8_split_kernel(q_ptr, kc, vc, ks, vs, acc_ptr, m_ptr, l_ptr, kv_lens_ptr,
     row_ok = rows < G
     offs_d = tl.arange(0, D_PAD)
     io_mask = row_ok[:, None] & (offs_d < HEAD_DIM)[None, :]
-    q = tl.load(q_ptr + seq.to(tl.int64) * stride_qt + head[:, None] * stride_qh + offs_d[None, :],
-                mask=io_mask, other=0.0)
-    if UPCAST:
-        q = q.to(tl.float32)
-    limit = tl.zeros([ROWS], tl.int32) + kv_len - 1
     kc, vc = kc + kv_head * stride_ch, vc + kv_head * stride_ch
     ks, vs = ks + kv_head * stride_sh, vs + kv_head * stride_sh
+    q, qk_scale, v_scale = _tensor_scales(q_ptr + seq.to(tl.int64) * stride_qt + head[:, None] * stride_qh
+                                          + offs_d[None, :], io_mask, ks, vs, qk_scale, DOT, PER_TENSOR)
+    limit = tl.zeros([ROWS], tl.int32) + kv_len - 1
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
     acc, l_i, m_i = tl.zeros([ROWS, D_PAD], tl.float32), tl.zeros([ROWS], tl.float32), \
         tl.full([ROWS], float("-inf"), tl.float32)
@@ -75,11 +73,11 @@ def _fp8_split_kernel(q_ptr, kc, vc, ks, vs, acc_ptr, m_ptr, l_ptr, kv_lens_ptr,
         b = edge_hi if run == 0 else full_hi if run == 1 else hi
         acc, l_i, m_i = _fp8_tiles(acc, l_i, m_i, q, kc, vc, ks, vs, bt_row, a, b, kv_len, limit, window, offs_d,
                                    stride_cb, stride_cs, stride_sb, stride_ss, qk_scale, BLOCK_SIZE, HEAD_DIM,
-                                   BLOCK_N, run != 1, BY_HAND)
+                                   BLOCK_N, run != 1, BY_HAND, PER_TENSOR)
     part = (seq.to(tl.int64) * (tl.num_programs(0) * G) + head) * num_splits + split
     tl.store(m_ptr + part, m_i, mask=row_ok)
     tl.store(l_ptr + part, l_i, mask=row_ok)
-    tl.store(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=io_mask)
+    tl.store(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], acc * v_scale, mask=io_mask)
 
 
 def paged_attention_fp8_split(q, k_cache, v_cache, k_scale, v_scale, cu_seqlens_q, seq_lens_kv, block_table, *,
@@ -110,7 +108,7 @@ def paged_attention_fp8_split(q, k_cache, v_cache, k_scale, v_scale, cu_seqlens_
         scale * LOG2E, num_splits, NO_WINDOW if window is None else window, q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), k_scale.stride(0), k_scale.stride(1),
         k_scale.stride(2), block_table.stride(0), BLOCK_SIZE=block_size, G=G, ROWS=max(16, triton.next_power_of_2(G)),
-        HEAD_DIM=D, D_PAD=d_pad, BLOCK_N=cfg.block_n, UPCAST=INTERPRET and q.dtype == torch.bfloat16,
-        BY_HAND=INTERPRET, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        HEAD_DIM=D, D_PAD=d_pad, BLOCK_N=cfg.block_n, DOT=dot_dtype(q), BY_HAND=INTERPRET,
+        PER_TENSOR=k_scale.stride() == (0, 0, 0), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     _merge(acc, m, l, out, span, num_splits, cfg.block_n)
     return out

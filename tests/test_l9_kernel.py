@@ -103,7 +103,7 @@ def test_l9_kernel_matches_reference_and_never_reads_a_freed_block(dtype, tol, p
     q_lens, kv_lens = BATCHES[batch]
     base = make_paged_batch(q_lens, kv_lens, 4, 2, 32, 16, dtype, DEV)
     base[1].mul_(torch.exp2(torch.randint(-6, 6, base[1].shape[:3], device=DEV).to(dtype))[..., None])
-    args = quantize_batch(base, per_token)
+    args = quantize_batch(base, per_token, (0.5, 2.0))        # per tensor: scales the kernel must apply
     ref = fp8_attention_ref(*args, window=window)
     if window:                       # NaN codes in every block below the window: a kernel that loads one fails
         poison_below_window(args[:3] + args[5:], q_lens, window)
@@ -113,16 +113,16 @@ def test_l9_kernel_matches_reference_and_never_reads_a_freed_block(dtype, tol, p
 
 
 @pytest.mark.parametrize("dtype,tol", DTYPES)
-@pytest.mark.parametrize("num_splits", [3])
+@pytest.mark.parametrize("per_token", [False, True], ids=["tensor", "token_head"])
 @pytest.mark.parametrize("window", [None, 37])
-def test_l9_split_kernel_matches_reference(dtype, tol, num_splits, window):
+def test_l9_split_kernel_matches_reference(dtype, tol, per_token, window):
     q_lens, kv_lens = [1, 1, 1, 1], [17, 64, 129, 300]
     base = make_paged_batch(q_lens, kv_lens, 4, 2, 32, 16, dtype, DEV)
-    args = quantize_batch(base, True)
+    args = quantize_batch(base, per_token, (0.5, 2.0))
     ref = fp8_attention_ref(*args, window=window)
     if window:
         poison_below_window(args[:3] + args[5:], q_lens, window)
-    out = paged_attention_fp8_split(*args, max_seqlen_q=1, num_splits=num_splits, window=window)
+    out = paged_attention_fp8_split(*args, max_seqlen_q=1, num_splits=3, window=window)
     assert not out.isnan().any()
     torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
 
