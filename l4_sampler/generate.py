@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from l1_dense.generate import Generation
+from plumbing.errors import UserError
 
 from .params import SamplingParams
 from .sampler import RowState, Sampler, TokenLogprobs
@@ -21,6 +22,9 @@ class SampledGeneration(Generation):
 
 def sample_generate(engine, prompt_ids: list[int], params: SamplingParams, eos_ids=(), max_model_len=None,
                     decode=None, sampler: Sampler | None = None, keep_logits: bool = False) -> SampledGeneration:
+    if params.n != 1:
+        raise UserError(f"SamplingParams.n={params.n}: stage 4 generates one sequence per call; n > 1 needs "
+                        "stage 5's engine (l5_scheduler.LLM), or call this n times with different seeds.")
     sampler = sampler or Sampler()
     row = RowState(params, list(prompt_ids), [], tuple(eos_ids))
     stops = StopChecker(params, len(prompt_ids), max_model_len, eos_ids, decode)

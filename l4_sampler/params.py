@@ -19,6 +19,8 @@ names the field, its valid range and the value given, never later as a NaN insid
     stop                str or list[str]  []              stop strings (cut from the text)
     ignore_eos          bool              False           keep going past EOS
     logprobs            None or int >= 0  None            top-n raw logprobs (+ the sampled one)
+    include_stop_str_in_output  bool      False           keep the stop string at the end of the text
+    n                   int >= 1          1               completions per prompt (stage 5's engine)
 """
 from __future__ import annotations
 
@@ -65,6 +67,8 @@ class SamplingParams:
     stop: list[str] | str = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None
+    include_stop_str_in_output: bool = False
+    n: int = 1
 
     def __post_init__(self) -> None:
         # Each check reads "valid range" in words, then tests the value against exactly that.
@@ -132,12 +136,17 @@ class SamplingParams:
             raise _fail("stop", v, self.stop)
         self.stop = list(stop)
 
-        if not isinstance(self.ignore_eos, bool):
-            raise _fail("ignore_eos", "a bool", self.ignore_eos)
+        for name in ("ignore_eos", "include_stop_str_in_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise _fail(name, "a bool", getattr(self, name))
 
         v = "None or an int >= 0"
         if self.logprobs is not None and not _integer("logprobs", self.logprobs, v) >= 0:
             raise _fail("logprobs", v, self.logprobs)
+
+        v = "an int >= 1"
+        if not _integer("n", self.n, v) >= 1:
+            raise _fail("n", v, self.n)
 
     @property
     def greedy(self) -> bool:

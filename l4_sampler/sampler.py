@@ -75,6 +75,7 @@ class TokenLogprobs:
     token_id: int                  # the sampled token
     logprob: float                 # its raw logprob
     top: list[tuple[int, float]]   # the `params.logprobs` most likely (id, raw logprob), best first
+    rank: int                      # the sampled token's rank among all V (1 = the most likely)
 
 
 @dataclass
@@ -265,13 +266,14 @@ def _logprobs(raw: torch.Tensor, ids: torch.Tensor, ids_list: list[int],
     n = min(max(r.params.logprobs or 0 for r in rows), raw.shape[1])
     top_lp, top_ids = raw.topk(n, dim=-1)                 # [B, n] each
     chosen = raw.gather(1, ids[:, None])[:, 0]            # [B]
+    rank = (raw > chosen[:, None]).sum(-1) + 1            # [B]: vLLM's rank, 1-based
     # Called after ids.tolist(): the GPU is idle, these copies wait for nothing.
-    top_lp, top_ids, chosen = top_lp.tolist(), top_ids.tolist(), chosen.tolist()
+    top_lp, top_ids, chosen, rank = top_lp.tolist(), top_ids.tolist(), chosen.tolist(), rank.tolist()
     out: list[TokenLogprobs | None] = []
     for i, r in enumerate(rows):
         if r.params.logprobs is None:
             out.append(None)
             continue
         m = r.params.logprobs
-        out.append(TokenLogprobs(ids_list[i], chosen[i], list(zip(top_ids[i][:m], top_lp[i][:m]))))
+        out.append(TokenLogprobs(ids_list[i], chosen[i], list(zip(top_ids[i][:m], top_lp[i][:m])), rank[i]))
     return out

@@ -7,7 +7,8 @@ One :class:`StopChecker` per request. After the sampler's token is appended to `
     1. EOS          token in eos_token_ids, unless ignore_eos   -> "stop",   stop_reason None
     2. stop id      token in params.stop_token_ids              -> "stop",   stop_reason the id
     3. stop string  a params.stop string now in the text        -> "stop",   stop_reason the string
-                    (the text is cut where the string starts: include_stop_str_in_output=False)
+                    (the text is cut where the string starts, or where it ends with
+                    include_stop_str_in_output=True)
     4. max_tokens   len(output) == max_tokens                   -> "length", stop_reason None
     5. context      len(prompt) + len(output) == max_model_len  -> "length", stop_reason None
 
@@ -88,8 +89,8 @@ class StopChecker:
                 return Finish("stop", token, f"stop token {token}")
             hit = self._find_stop_string(start)
             if hit is not None:
-                at, s = hit
-                self.text = self.text[:at]      # drop the stop string and anything after it
+                at, s = hit                     # drop anything after the stop string, and the string
+                self.text = self.text[:at + len(s) if p.include_stop_str_in_output else at]   # unless asked
                 return Finish("stop", s, f"stop string {s!r}")
         if n >= p.max_tokens:
             return Finish("length", None, f"max_tokens={p.max_tokens} reached")

@@ -21,9 +21,18 @@ pre-check: ``token in stop_ids or num_tokens >= stop_len``). The builders that a
 parts of each stage are ``build_engine`` in each stage's llm.py.
 
 ``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
-bad one fails alone with a UserError and the requests in flight never notice.
+bad one fails alone with a UserError and the requests in flight never notice. A request with
+``n > 1`` joins as n sequences (vLLM's ids ``"{k}_{id}"``, seeds ``seed + k``) that the prefix
+cache, from lesson 6, lets share the prompt's blocks; ``output(id)`` gathers them, by index.
+
+A request leaves in one of two ways. ``release(id)`` hands back a finished request's output and
+forgets it; ``abort_request(ids)`` takes unfinished ones out now, blocks freed (a client that went
+away, an interrupted ``generate``). A long-lived engine then holds nothing for them; with
+``keep_stats = False`` (a server) it keeps no per-step record either.
 """
 from __future__ import annotations
+
+import dataclasses
 
 from l4_sampler.params import SamplingParams
 from l4_sampler.sampler import RowState
@@ -31,7 +40,7 @@ from l4_sampler.stops import StopChecker
 from plumbing.errors import UserError
 
 from .config import EngineConfig
-from .outputs import CompletionOutput, RequestOutput, StepOutput, StepStats
+from .outputs import CompletionOutput, Logprob, RequestOutput, StepOutput, StepStats
 from .request import Request, RequestStatus
 
 
@@ -42,7 +51,9 @@ class LLMEngine:
         self.scheduler, self.runner, self.sampler = scheduler, runner, sampler
         self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)
         self.requests: dict[str, Request] = {}
+        self.groups: dict[str, list[str]] = {}      # a request with n > 1: its sequences' ids, by index
         self.stats: list[StepStats] = []
+        self.keep_stats = True                      # one StepStats per step (benchmarks, --trace)
         self._counter = 0
         self.last_meta = None
 
@@ -93,9 +104,7 @@ class LLMEngine:
                 raise UserError(f"prompt ({len(ids)} tokens) + max_tokens ({params.max_tokens}) = {need} exceeds {what} "
                                 f"= {limit} tokens; this request could never run: shorten the prompt, lower max_tokens, "
                                 f"or {fix}.")
-        rid = request_id if request_id is not None else f"r{self._counter}"
-        if rid in self.requests:
-            raise UserError(f"request id {rid!r} is already in use: pick another.")
+        rid = self._new_id(request_id)
         req = Request(rid, ids, params, arrival=self._counter)
         self._counter += 1                                   # arrival order = order of creation
         eos = self.model.cfg.eos_token_ids
@@ -103,13 +112,55 @@ class LLMEngine:
         req.stops = StopChecker(params, len(ids), cfg.max_model_len, eos, self._decode if params.stop else None)
         return req
 
+    def _new_id(self, request_id: str | None) -> str:
+        rid = request_id if request_id is not None else f"r{self._counter}"
+        if rid in self.requests or rid in self.groups:
+            raise UserError(f"request id {rid!r} is already in use: pick another.")
+        return rid
+
+    def make_requests(self, prompt, params: SamplingParams | None = None,
+                      request_id: str | None = None) -> tuple[str, list[Request]]:
+        """The id and the sequences of one request: one, or ``params.n`` (vLLM's fan-out), all checked."""
+        if params is None or not isinstance(params, SamplingParams) or params.n == 1:
+            req = self.make_request(prompt, params, request_id)
+            return req.request_id, [req]
+        rid, ids = self._new_id(request_id), {"prompt_token_ids": self.prompt_ids(prompt)}
+        seed = params.seed
+        return rid, [self.make_request(ids, dataclasses.replace(params, n=1, seed=None if seed is None else seed + k),
+                                       f"{k}_{rid}") for k in range(params.n)]
+
     def add(self, req: Request) -> str:
         self.scheduler.add(req)
         self.requests[req.request_id] = req
         return req.request_id
 
+    def add_group(self, rid: str, reqs: list[Request]) -> str:
+        for req in reqs:
+            self.add(req)
+        if len(reqs) > 1 or reqs[0].request_id != rid:
+            self.groups[rid] = [req.request_id for req in reqs]
+        return rid
+
     def add_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> str:
-        return self.add(self.make_request(prompt, params, request_id))
+        return self.add_group(*self.make_requests(prompt, params, request_id))
+
+    def abort_request(self, request_ids) -> None:
+        """Take these requests out now (unknown or finished ids are ignored, as in vLLM): their
+        blocks go back to the pool and the engine forgets them."""
+        for rid in [request_ids] if isinstance(request_ids, str) else list(request_ids):
+            for sid in self.groups.pop(rid, [rid]):
+                req = self.requests.pop(sid, None)
+                if req is not None:
+                    self.scheduler.abort(req)
+
+    def release(self, request_id: str) -> RequestOutput:
+        """A finished request's output; the engine then forgets the request (a server's memory stays flat)."""
+        out = self.output(request_id)
+        if not out.finished:
+            raise UserError(f"request {request_id!r} has not finished: step() until it has, or abort_request() it.")
+        for sid in self.groups.pop(request_id, [request_id]):
+            del self.requests[sid]
+        return out
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -126,7 +177,8 @@ class LLMEngine:
         running, waiting = len(sched.running), len(sched.waiting)   # before anyone finishes
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
         results, finished = self._sample(ran.logits, sampling, ran.argmax) if sampling else ([], [])
-        self.stats.append(self._stats(out, running, waiting, len(sampling), finished))
+        if self.keep_stats:
+            self.stats.append(self._stats(out, running, waiting, len(sampling), finished))
         return results
 
     def _sample(self, logits, sampling: list[Request], argmax=None) -> tuple[list[StepOutput], list[str]]:
@@ -134,8 +186,9 @@ class LLMEngine:
         so = self.sampler(logits, [req.row for req in sampling], argmax)
         if so.logprobs or self.keep_logits:                  # (checks and API extras: not the hot path)
             for i, req in enumerate(sampling):
-                if so.logprobs:
+                if so.logprobs and so.logprobs[i] is not None:
                     req.logprobs.append(so.logprobs[i])
+                    req.cumulative_logprob += so.logprobs[i].logprob
                 if self.keep_logits:
                     req.logits.append(logits[i].cpu())
         results, finished = [], []
@@ -167,15 +220,33 @@ class LLMEngine:
 
     # ---- results out ------------------------------------------------------------------------
     def output(self, request_id: str) -> RequestOutput:
-        req = self.requests[request_id]
-        done = req.status == RequestStatus.FINISHED
+        """What a request has so far (n > 1: its sequences, by index)."""
+        sids = self.groups.get(request_id, [request_id])
+        if sids[0] not in self.requests:
+            raise UserError(f"no request {request_id!r} in this engine (released, aborted, or never added).")
+        reqs = [self.requests[sid] for sid in sids]
+        comps = [self._completion(k, req) for k, req in enumerate(reqs)]
+        done = all(req.status == RequestStatus.FINISHED for req in reqs)
+        prompt = self._decode(reqs[0].prompt_ids) if self.tokenizer is not None else None
+        return RequestOutput(request_id, prompt, list(reqs[0].prompt_ids), comps, done,
+                             sum(req.num_preemptions for req in reqs))
+
+    def _completion(self, index: int, req: Request) -> CompletionOutput:
         if self.tokenizer is None:
             text = None
         elif req.params.stop:
             text = req.stops.text                            # decoded every step, cut at the stop string
         else:
             text = self._decode(req.output_ids)
-        lp = req.logprobs if req.params.logprobs is not None else None
-        comp = CompletionOutput(0, text, list(req.output_ids), req.finish_reason, req.stop_reason, lp)
-        prompt = self._decode(req.prompt_ids) if self.tokenizer is not None else None
-        return RequestOutput(request_id, prompt, list(req.prompt_ids), [comp], done, req.num_preemptions)
+        asked = req.params.logprobs is not None
+        return CompletionOutput(index, text, list(req.output_ids), req.finish_reason, req.stop_reason,
+                                [self._logprob_dict(lp) for lp in req.logprobs] if asked else None,
+                                req.cumulative_logprob if asked else None)
+
+    def _logprob_dict(self, lp) -> dict[int, Logprob]:
+        """vLLM's shape for one position: the sampled token first (its rank), then the top ones (1..k)."""
+        text = (lambda t: self._decode([t])) if self.tokenizer is not None else (lambda t: None)
+        d = {lp.token_id: Logprob(lp.logprob, lp.rank, text(lp.token_id))}
+        for r, (tid, v) in enumerate(lp.top, 1):
+            d.setdefault(tid, Logprob(v, r, text(tid)))
+        return d

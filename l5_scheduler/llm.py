@@ -117,26 +117,56 @@ class LLM:
                 raise UserError(f"got {n} prompts but {len(params)} sampling params: pass one SamplingParams, "
                                 "or a list with one per prompt.")
         engine = self.llm_engine
-        reqs = []
+        groups = []
         for i, (prompt, p) in enumerate(zip(prompts, params)):   # check all before running any
             try:
-                reqs.append(engine.make_request(prompt, p))
+                groups.append(engine.make_requests(prompt, p))
             except UserError as e:
                 raise UserError(f"prompt {i}: {e}") from None
-        ids = [engine.add(r) for r in reqs]
-        run_to_completion(engine, n, use_tqdm)
-        return [engine.output(i) for i in ids]                  # input order, not finishing order
+        ids = [engine.add_group(rid, reqs) for rid, reqs in groups]
+        try:
+            run_to_completion(engine, {req.request_id for _, reqs in groups for req in reqs}, use_tqdm)
+        except BaseException:                 # Ctrl-C, or an error: its requests must not linger in the engine
+            engine.abort_request(ids)
+            raise
+        return [engine.release(i) for i in ids]                 # input order, not finishing order
+
+    def get_tokenizer(self):
+        """The checkpoint's Hugging Face tokenizer (None for a checkpoint without one)."""
+        return self.tokenizer
+
+    def chat(self, messages, sampling_params=None, use_tqdm: bool = True, add_generation_prompt: bool = True,
+             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+        """``generate`` on conversations (``[{"role": "user", "content": "..."}, ...]``, or a list of
+        them) rendered by the tokenizer's chat template, as vLLM's ``LLM.chat``."""
+        convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        return self.generate([render_chat(self.tokenizer, c, add_generation_prompt, chat_template_kwargs)
+                              for c in convs], sampling_params, use_tqdm)
 
 
-def run_to_completion(engine: LLMEngine, n: int, use_tqdm: bool = True):
-    """Step until nothing is left; a tqdm bar shows requests done and output tokens/s."""
+def render_chat(tokenizer, conversation, add_generation_prompt: bool = True, kwargs: dict | None = None) -> str:
+    """One conversation as the prompt text its model was trained on (the tokenizer's chat template)."""
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise UserError("this checkpoint's tokenizer has no chat template, so messages cannot be rendered: "
+                        "use generate() with a text prompt, or a checkpoint whose tokenizer_config.json has one.")
+    if not isinstance(conversation, list) or not conversation or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in conversation):
+        raise UserError(f'messages must be a non-empty list of {{"role": str, "content": str}}, got '
+                        f"{str(conversation)[:80]!r}.")
+    return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         **(kwargs or {}))
+
+
+def run_to_completion(engine: LLMEngine, own: set[str], use_tqdm: bool = True):
+    """Step until nothing is left; a tqdm bar shows the ``own`` sequences done and output tokens/s."""
     from tqdm import tqdm
-    bar = tqdm(total=n, desc="Processed prompts", unit="req", disable=not use_tqdm, dynamic_ncols=True)
+    bar = tqdm(total=len(own), desc="Processed prompts", unit="req", disable=not use_tqdm, dynamic_ncols=True)
     t0, out_tokens = time.perf_counter(), 0
     while engine.has_unfinished_requests():
         for o in engine.step():
             out_tokens += len(o.new_token_ids)
-            if o.finished:
+            if o.finished and o.request_id in own:
                 bar.update(1)
         bar.set_postfix_str(f"output {out_tokens / (time.perf_counter() - t0):.1f} tok/s", refresh=False)
     bar.close()

@@ -5,13 +5,22 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class Logprob:
+    """vLLM's: one token's raw logprob, its rank among all V tokens (1 = most likely) and its text."""
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
 class CompletionOutput:
-    index: int
+    index: int                    # which of the prompt's n completions (SamplingParams.n)
     text: str | None              # decoded output (special tokens skipped), cut at a stop string; None without a tokenizer
     token_ids: list[int]
-    finish_reason: str | None     # "stop" | "length"; None while running
+    finish_reason: str | None     # "stop" | "length" | "abort"; None while running
     stop_reason: int | str | None = None   # the stop token id or stop string; None for EOS and length
-    logprobs: list | None = None  # per token, l4_sampler.TokenLogprobs; None when not asked for
+    logprobs: list[dict[int, Logprob]] | None = None   # per token: the sampled one first, then the top ones
+    cumulative_logprob: float | None = None            # sum of the sampled tokens' logprobs (when asked for)
 
 
 @dataclass

@@ -51,7 +51,8 @@ class Request:
     stop_reason: int | str | None = None
     row: object = None                  # l4_sampler.RowState: what the sampler sees
     stops: object = None                # l4_sampler.StopChecker: has it finished, and why
-    logprobs: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)    # l4_sampler.TokenLogprobs per token, when asked for
+    cumulative_logprob: float = 0.0
     logits: list = field(default_factory=list)   # [V] per sampled token, only when the engine keeps them
 
     def __post_init__(self):

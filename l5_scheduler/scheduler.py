@@ -161,6 +161,19 @@ class Scheduler:
         """After the forward pass: the scheduled tokens' K/V are now in the cache."""
         self.kv.advance(out.scheduled)
 
+    def abort(self, req: Request) -> None:
+        """Take a waiting or running request out (a client went away): its blocks are free now,
+        and the runner hears of it through the next step's ``finished_ids``."""
+        if req.status == RequestStatus.RUNNING:
+            self.running.remove(req)
+        elif req.status == RequestStatus.WAITING:
+            self.waiting.remove(req)
+        else:
+            return
+        self.kv.free(req.kv)
+        req.status, req.finish_reason = RequestStatus.FINISHED, "abort"
+        self.finished_ids.append(req.request_id)
+
     def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
         """A stop condition fired: free the blocks now, in the same step."""
         self.running.remove(req)

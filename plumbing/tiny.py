@@ -23,8 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = 1
+VERSION = 2            # 2: tokenizer_config.json has a chat template (ChatML, as Qwen's)
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: ChatML, the format of Qwen's templates (without tools): LLM.chat and the server's chat endpoint
+CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+                 "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 VOCAB = 256 + len(SPECIALS)
 EOS = 256
 
@@ -153,7 +156,7 @@ def write_checkpoint(family: str, path: Path) -> None:
     dump("tokenizer.json", _tokenizer_json())
     dump("tokenizer_config.json", {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": SPECIALS[0],
                                    "pad_token": SPECIALS[0], "model_max_length": cfg["max_position_embeddings"],
-                                   "clean_up_tokenization_spaces": False})
+                                   "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE})
     save_file(_weights(cfg, scales, seed), str(path / "model.safetensors"), metadata={"format": "pt"})
 
 

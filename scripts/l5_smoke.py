@@ -104,7 +104,10 @@ def summarize(engine, config, ld, rid, ids, params, seconds):
                            "finish_reason": o.outputs[0].finish_reason, "num_preemptions": o.num_preemptions}
                           for i, o in others.items()]}
     if comp.logprobs:
-        extra["logprobs"] = [{"token_id": lp.token_id, "logprob": lp.logprob, "top": lp.top} for lp in comp.logprobs]
+        extra["logprobs"] = [{"token_id": t, "logprob": d[t].logprob, "rank": d[t].rank,     # vLLM's shape, flattened
+                              "top": sorted(((k, v.logprob) for k, v in d.items() if v.rank <= params.logprobs),
+                                            key=lambda kv: -kv[1])}
+                             for t, d in zip(comp.token_ids, comp.logprobs)]
     lines = [f"finish     : {comp.finish_reason} (preempted {out.num_preemptions}x)"]
     w = max([3] + [len(i) for i in others])
     for i, o in others.items():

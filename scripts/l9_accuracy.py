@@ -59,11 +59,13 @@ def engine_run(model, kv_dtype, prompts, args):
     llm = LLM(model, kv_cache_dtype=kv_dtype, keep_logits=True, impl=args.impl, device=args.device, dtype=args.dtype,
               **torch_path)
     sp = SamplingParams(temperature=0.0, max_tokens=args.max_new_tokens, ignore_eos=True)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
-    reqs = llm.llm_engine.requests
-    runs = [(o.outputs[0].token_ids, reqs[o.request_id].logits) for o in outs]
-    blocks = llm.llm_engine.scheduler.kv.num_blocks
-    del llm, reqs, outs                       # the next engine takes the GPU's free memory for its pool: free this one's
+    engine = llm.llm_engine                   # the engine's own loop: its requests keep their logits
+    ids = [engine.add_request({"prompt_token_ids": p}, sp) for p in prompts]
+    while engine.has_unfinished_requests():
+        engine.step()
+    runs = [(engine.requests[i].output_ids, engine.requests[i].logits) for i in ids]
+    blocks = engine.scheduler.kv.num_blocks
+    del llm, engine                           # the next engine takes the GPU's free memory for its pool: free this one's
     import gc
     import torch
     gc.collect()

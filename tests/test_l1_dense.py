@@ -29,7 +29,7 @@ PINNED = {
         "generation_config.json": "68ae97cdc84d9eb168bf2e88b8114999f08d8b407e7a51096fe1e88f1c89e35e",
         "model.safetensors": "b5e105ecd38e52babb193b3371c4805f79622e065a71870063bd9f9fc028521a",
         "tokenizer.json": "f6dc5c1e1da2b55da487cdd410a812729812e2aed3761f42441bf74bedf3729b",
-        "tokenizer_config.json": "b872e17d93056039f0659ba1fff47a88f55cecc0e2d858f5a8688a64b98dcb8c",
+        "tokenizer_config.json": "6728d7ae2503d53de8af10c1ea6f55d9cb5641bca8e56f17199f32e0aeaf9cf6",
     },
 }
 

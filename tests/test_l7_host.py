@@ -306,7 +306,8 @@ def _serve(e, params, plain=False):
         e.step()
     outs = [e.output(i).outputs[0] for i in ids]
     return [(o.token_ids, o.finish_reason, o.stop_reason, o.text,
-             [(lp.token_id, round(lp.logprob, 5)) for lp in o.logprobs] if o.logprobs else None) for o in outs]
+             [(t, round(d[t].logprob, 5)) for t, d in zip(o.token_ids, o.logprobs)] if o.logprobs else None)
+            for o in outs]
 
 
 def _count_pipeline_and_stop_calls(monkeypatch) -> dict:
