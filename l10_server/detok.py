@@ -1,0 +1,58 @@
+"""Text deltas for a stream: each step's new token ids in, the text that may be sent now out.
+
+Two things must never reach a client, because nothing sent can be taken back:
+
+* **half a character.** A byte-level tokenizer splits a multi-byte UTF-8 character over tokens;
+  decoding a prefix that ends inside one gives U+FFFD. The decoder keeps two offsets into the ids
+  (the Hugging Face / vLLM "prefix" and "read" offsets) and only accepts new text once it no longer
+  ends in U+FFFD, so each step decodes a few tokens, not the whole output:
+
+      ids      ... | prefix ........ read | new ids
+      text     decode(ids[prefix:]) minus decode(ids[prefix:read]) = the new characters
+
+* **a stop string's first characters.** With ``stop=["\\n\\n"]`` a "\\n" may be the start of a
+  stop string that the next token completes, and the engine then cuts it from the text. So while
+  the request runs, the last ``max(len(s)) - 1`` characters are held back (none with
+  ``include_stop_str_in_output``). When it finishes, the engine's text (stage 4's StopChecker: cut
+  at the stop string) is the truth, and the last delta is what of it was not sent yet.
+
+The invariant, tested: the deltas concatenated equal the non-streamed text, for every request.
+"""
+from __future__ import annotations
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer, stop=(), include_stop_str_in_output: bool = False):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix = self.read = 0           # ids[prefix:read] were decoded already, as context
+        self.text = ""                        # whole characters decoded so far
+        self.sent = 0                         # characters of the text already sent
+        self.hold = 0 if include_stop_str_in_output or not stop else max(len(s) for s in stop) - 1
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def add(self, new_ids: list[int]) -> None:
+        """New token ids of the request (one step's)."""
+        self.ids += new_ids
+        before = self._decode(self.ids[self.prefix:self.read])
+        after = self._decode(self.ids[self.prefix:])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.text += after[len(before):]
+            self.prefix, self.read = self.read, len(self.ids)
+
+    def delta(self, final_text: str | None = None) -> str:
+        """The text to send now. ``final_text``: the request finished and this is its whole text
+        (the engine's ``CompletionOutput.text``): send the rest of it."""
+        if final_text is not None:
+            if not final_text.startswith(self.text[:self.sent]):
+                raise RuntimeError(f"sent {self.text[:self.sent]!r}, but the final text is {final_text!r}: "
+                                   "text went out that the engine later removed (a bug)")
+            out, self.sent = final_text[self.sent:], len(final_text)
+            return out
+        ready = len(self.text) - self.hold
+        if ready <= self.sent:
+            return ""
+        out, self.sent = self.text[self.sent:ready], ready
+        return out
