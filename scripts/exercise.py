@@ -68,7 +68,7 @@ def verdict(outcomes: dict[str, str], rc: int) -> tuple[bool, str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="exercise", usage="%(prog)s LESSON [--reference] [-- PYTEST_ARGS ...]",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lessons = sorted(f.stem.split("_")[0] for f in (ROOT / "exercises").glob("l[0-9]*_*.py"))
+    lessons = sorted((f.stem.split("_")[0] for f in (ROOT / "exercises").glob("l[0-9]*_*.py")), key=lambda s: int(s[1:]))
     p.add_argument("lesson", help=f"{', '.join(lessons)} (one file in exercises/ each)")
     p.add_argument("--reference", action="store_true", help="run the same tests on the project's reference")
     argv = sys.argv[1:] if argv is None else list(argv)

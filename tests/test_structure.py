@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = sorted(p.name for p in ROOT.glob("l[0-9]*_*") if p.is_dir())
+STAGES = sorted((p.name for p in ROOT.glob("l[0-9]*_*") if p.is_dir()), key=lambda n: int(n[1:].split("_")[0]))
 CODE = [p for d in [*STAGES, "plumbing", "harness", "scripts"] for p in sorted((ROOT / d).glob("*.py"))]
 MAX_FILE, MAX_FUNCTION = 300, 60
 
