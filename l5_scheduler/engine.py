@@ -137,7 +137,7 @@ class LLMEngine:
     def add_group(self, rid: str, reqs: list[Request]) -> str:
         for req in reqs:
             self.add(req)
-        if len(reqs) > 1 or reqs[0].request_id != rid:
+        if len(reqs) > 1:                           # n > 1: the sequences' ids, by index
             self.groups[rid] = [req.request_id for req in reqs]
         return rid
 

@@ -139,7 +139,7 @@ class LLM:
              chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
         """``generate`` on conversations (``[{"role": "user", "content": "..."}, ...]``, or a list of
         them) rendered by the tokenizer's chat template, as vLLM's ``LLM.chat``."""
-        convs = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        convs = [messages] if not messages or isinstance(messages[0], dict) else list(messages)   # [] is refused
         return self.generate([render_chat(self.tokenizer, c, add_generation_prompt, chat_template_kwargs)
                               for c in convs], sampling_params, use_tqdm)
 

@@ -46,7 +46,6 @@ def test_abort_frees_a_running_and_a_waiting_request_at_once_and_the_others_fini
     while e.has_unfinished_requests():
         e.step()
     assert [e.release(i).outputs[0].token_ids for i in (ids[0], ids[3])] == [_solo(llm, prompts[0]), _solo(llm, prompts[3])]
-    assert _used(e) == 0 or stage != "l5_scheduler"            # (a prefix cache keeps freed blocks cached)
     assert e.scheduler.kv.num_free == e.scheduler.kv.num_blocks and not e.requests
 
 
@@ -141,5 +140,6 @@ def test_get_tokenizer_and_chat_render_the_chat_template():
                                         add_special_tokens=False)["input_ids"]
     assert chat.prompt_token_ids[0] == 257                   # <|im_start|>: one special token, not 12 bytes
     assert chat.outputs[0].token_ids == _solo(llm, chat.prompt_token_ids)
-    with pytest.raises(UserError, match="messages must be"):
-        llm.chat([{"role": "user"}], use_tqdm=False)
+    for bad in ([{"role": "user"}], []):
+        with pytest.raises(UserError, match="messages must be"):
+            llm.chat(bad, use_tqdm=False)
