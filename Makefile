@@ -18,7 +18,7 @@
 #   make gpu-test       the GPU tests (deselected on a machine without CUDA)
 #
 # Variables (make test VAR=value): BASE_PY, VENV, PY, TORCH, TORCH_INDEX, TORCH_CPU_INDEX,
-# TORCH_PROBE_TIMEOUT, FORCE, PYTEST_ARGS.
+# TORCH_PROBE_TIMEOUT, FORCE, PYTEST_ARGS, SERVE_ARGS (make serve: stage 10's server).
 
 BASE_PY ?= python3
 VENV ?= .venv
@@ -28,6 +28,7 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PROBE_TIMEOUT ?= 5
 FORCE ?=
 PYTEST_ARGS ?=
+SERVE_ARGS ?=
 
 ifeq ($(origin PY),undefined)
   ifneq ($(VIRTUAL_ENV),)
@@ -82,7 +83,7 @@ ifneq ($(call given,TORCH)$(call given,TORCH_INDEX)$(call given,TORCH_CPU_INDEX)
   endif
 endif
 
-.PHONY: install demo test test-lessons test-deep chain gpu-test bench clean-venv force-install
+.PHONY: install demo test test-lessons test-deep chain gpu-test bench serve clean-venv force-install
 
 install: $(STAMP)
 
@@ -139,6 +140,11 @@ gpu-test: install
 
 bench: install
 	$(PY) scripts/bench_attention.py
+
+# Stage 10's OpenAI-compatible server, on the built-in tiny model unless SERVE_ARGS names one:
+#   make serve SERVE_ARGS="--model PATH --port 8001"      (python -m l10_server --help lists the flags)
+serve: install
+	$(PY) -m l10_server $(SERVE_ARGS)
 
 # Removes the project virtualenv and the install stamps; the next make demo/test starts from scratch.
 clean-venv:

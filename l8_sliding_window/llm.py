@@ -45,7 +45,8 @@ def check_fits(config, groups) -> None:
 
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, impl: str = "triton",
-                 check: bool = False, fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, **kw):
+                 check: bool = False, fused_ops: bool = True, split_kv: bool = True, gemv: bool = True,
+                 enforce_eager: bool = False, profiler=None, **kw):
     """Stage 7's builder with this stage's KV manager, KV cache and runner."""
     cfg, p = model.cfg, next(model.parameters())
     groups = kv_cache_groups(cfg.layer_windows, cfg.num_layers)
@@ -57,7 +58,8 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
     runner = GroupedRunner(model, config, stage7.make_ops(model, fused_ops=fused_ops, gemv=gemv), impl=impl,
                            check=check, split_kv=split_kv, cache=cache, num_groups=len(groups))
     return stage7.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, kv=kv,
-                               runner=runner, impl=impl, check=check, **kw)
+                               runner=runner, impl=impl, check=check, enforce_eager=enforce_eager, profiler=profiler,
+                               **kw)
 
 
 def LLM(model: str | None = None, **kw) -> stage5.LLM:

@@ -38,10 +38,11 @@ from .ops import Fp8Ops
 
 def build_engine(model, tokenizer, config, *, kv_cache_dtype: str = "auto", enable_prefix_caching: bool = True,
                  impl: str = "triton", check: bool = False, fused_ops: bool = True, split_kv: bool = True,
-                 gemv: bool = True, **kw):
+                 gemv: bool = True, enforce_eager: bool = False, profiler=None, **kw):
     """``kv_cache_dtype="auto"``: stage 8's builder, unchanged. An fp8 name: stage 8's parts with
     this stage's cache and ops."""
-    common = dict(enable_prefix_caching=enable_prefix_caching, impl=impl, check=check, split_kv=split_kv, **kw)
+    common = dict(enable_prefix_caching=enable_prefix_caching, impl=impl, check=check, split_kv=split_kv,
+                  enforce_eager=enforce_eager, profiler=profiler, **kw)
     if kv_cache_dtype == "auto":
         return stage8.build_engine(model, tokenizer, config, fused_ops=fused_ops, gemv=gemv, **common)
     if kv_cache_dtype not in KV_CACHE_DTYPES:

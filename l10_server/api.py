@@ -1,0 +1,165 @@
+"""The HTTP front: FastAPI routes over one ``AsyncLLM``.
+
+    POST /v1/completions        prompt(s) -> text, streamed (SSE) or whole
+    POST /v1/chat/completions   messages -> the tokenizer's chat template -> the same
+    GET  /v1/models             the one model served
+    GET  /health                200, or 503 once the engine has died
+    GET  /metrics               Prometheus text: running, waiting, KV blocks, prefix-cache hits, tokens
+
+Errors are OpenAI's JSON (protocol.ApiError): 400 for a bad field (named in ``param``), 404 for
+an unknown model, 429 when more than ``--max-pending`` prompts are in flight (the server refuses
+rather than queueing without bound; the client retries), 503 after an engine error.
+
+A client that goes away is aborted: a stream's generator is cancelled by the server, and a whole
+(non-streamed) request races its work against the connection's ``http.disconnect``.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from l5_scheduler.llm import render_chat
+from plumbing.errors import UserError
+
+from .async_llm import AsyncLLM, EngineDead, QueueFull
+from .protocol import ApiError, from_user_error, parse_chat, parse_completion
+from .responses import DONE, Formatter, merge, sse
+
+
+def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start=None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app):
+        async_llm.start()
+        if on_start is not None:
+            on_start()
+        yield
+        async_llm.shutdown()
+
+    app = FastAPI(title="triton-llm-lessons", lifespan=lifespan)
+
+    @app.exception_handler(ApiError)
+    async def api_error(request, e: ApiError):
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.get("/health")
+    async def health():
+        if async_llm.dead is not None:
+            return JSONResponse(ApiError(503, f"engine dead: {async_llm.dead!r}", type="server_error").body(), 503)
+        return {}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+                                            "owned_by": "triton-llm-lessons", "max_model_len": max_model_len}]}
+
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(prometheus(async_llm.snapshot, async_llm.pending))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        parsed = parse_completion(await _json(request))
+        return await _serve(request, async_llm, parsed, model_name, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        parsed = parse_chat(await _json(request))
+        try:
+            parsed.prompts = [render_chat(async_llm.tokenizer, parsed.extra["messages"])]
+        except UserError as e:
+            raise ApiError(400, str(e), "messages") from None
+        return await _serve(request, async_llm, parsed, model_name, chat=True)
+
+    return app
+
+
+async def _json(request: Request):
+    try:
+        return json.loads(await request.body())
+    except ValueError as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+
+
+async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat: bool):
+    if parsed.model is not None and parsed.model != model_name:
+        raise ApiError(404, f"the model {parsed.model!r} does not exist: this server serves {model_name!r} "
+                            "(GET /v1/models)", "model", code="model_not_found")
+    fmt = Formatter(chat, model_name, parsed.params.n, llm.tokenizer, parsed.include_usage, parsed.return_token_ids)
+    try:
+        sub = llm.submit(parsed.prompts, parsed.params, fmt.id, parsed.fill_max_tokens)
+    except QueueFull as e:
+        raise ApiError(429, str(e), type="rate_limit_exceeded", code="rate_limit_exceeded") from None
+    except EngineDead as e:
+        raise ApiError(503, str(e), type="server_error") from None
+    try:
+        await sub.accepted()
+    except UserError as e:
+        raise from_user_error(e, "messages" if chat else "prompt") from None
+    except EngineDead as e:
+        raise ApiError(503, str(e), type="server_error") from None
+    prompt_tokens = sum(len(p) for p in sub.prompt_token_ids)
+    if parsed.stream:
+        return StreamingResponse(_stream(sub, fmt, prompt_tokens), media_type="text/event-stream")
+    work = asyncio.ensure_future(_collect(sub, fmt, prompt_tokens))
+    gone = asyncio.ensure_future(_disconnected(request))
+    await asyncio.wait([work, gone], return_when=asyncio.FIRST_COMPLETED)
+    if not work.done():                                 # the client went away: abort (in the generator's finally)
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        return JSONResponse(ApiError(499, "client closed the request").body(), status_code=499)
+    gone.cancel()
+    return work.result()
+
+
+async def _stream(sub, fmt: Formatter, prompt_tokens: int):
+    completion_tokens = 0
+    try:
+        async for i, update in sub.updates():
+            completion_tokens += sum(len(ch.token_ids) for ch in update.choices)
+            for event in fmt.stream_chunks(i, update):
+                yield event
+    except EngineDead as e:
+        yield sse(ApiError(503, str(e), type="server_error").body())
+    else:
+        if fmt.include_usage:
+            yield fmt.usage_chunk(fmt.usage(prompt_tokens, completion_tokens))
+    yield DONE
+
+
+async def _collect(sub, fmt: Formatter, prompt_tokens: int):
+    acc, completion_tokens = {}, 0
+    try:
+        async for i, update in sub.updates():
+            completion_tokens += merge(acc, i, fmt.n, update)
+    except EngineDead as e:
+        return JSONResponse(ApiError(503, str(e), type="server_error").body(), status_code=503)
+    return fmt.whole(acc, fmt.usage(prompt_tokens, completion_tokens))
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body was read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def prometheus(s: dict, pending: int) -> str:
+    """The snapshot in Prometheus' text format, names after vLLM's (``vllm:`` -> ``tll:``)."""
+    used = s["kv_blocks_total"] - s["kv_blocks_free"]
+    rows = [("num_requests_running", "gauge", s["running"]), ("num_requests_running_max", "gauge", s["max_running"]),
+            ("num_requests_waiting", "gauge", s["waiting"]),
+            ("num_requests_pending", "gauge", pending),
+            ("kv_blocks_used", "gauge", used), ("kv_blocks_free", "gauge", s["kv_blocks_free"]),
+            ("kv_cache_usage_perc", "gauge", used / max(s["kv_blocks_total"], 1)),
+            ("prefix_cache_queries_total", "counter", s["prefix_cache_queries"]),
+            ("prefix_cache_hits_total", "counter", s["prefix_cache_hits"]),
+            ("prefix_cache_hit_rate", "gauge", s["prefix_cache_hits"] / max(s["prefix_cache_queries"], 1)),
+            ("prompt_tokens_total", "counter", s["prompt_tokens"]),
+            ("generation_tokens_total", "counter", s["generation_tokens"]),
+            ("requests_finished_total", "counter", s["requests_finished"])]
+    return "".join(f"# TYPE tll:{name} {kind}\ntll:{name} {value}\n" for name, kind, value in rows)

@@ -1,0 +1,107 @@
+"""Start the server: the LLM from the flags, the AsyncLLM around its engine, the app, uvicorn.
+
+``python -m l10_server`` (``__main__.py``) parses the flags and calls ``run``; tests call
+``make_server`` with an LLM they built and a socket they bound (port 0: a free port, no race).
+
+The engine is stage 9's ``LLM`` (with ``--kv-cache-dtype auto``, stage 8's engine: stage 7's
+runner, stage 6's prefix cache, stage 5's loop), so every earlier stage's option works here.
+
+On a machine without CUDA, ``--impl auto`` serves with the PyTorch attention and torch ops: the
+Triton interpreter runs the kernels hundreds of times slower, which no client would wait for.
+``--impl triton`` runs them anyway (lessons, checks).
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+
+import uvicorn
+
+from .api import build_app
+from .async_llm import AsyncLLM
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, plus: one start line once the socket is bound, and on Ctrl-C / SIGTERM the
+    requests in flight are aborted first (each stream ends with finish_reason "abort"), so the
+    graceful shutdown that follows does not wait for them to run to max_tokens."""
+
+    def __init__(self, config, async_llm: AsyncLLM, describe: str):
+        super().__init__(config)
+        self.async_llm, self.describe, self.t0 = async_llm, describe, time.perf_counter()
+
+    async def startup(self, sockets=None):
+        await super().startup(sockets)
+        if self.started:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            print(f"l10_server: serving {self.describe} at http://{host}:{port}/v1 "
+                  f"(ready after {time.perf_counter() - self.t0:.1f} s)", file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """uvicorn re-raises a caught SIGTERM/SIGINT once it has shut down (so the exit status says
+        "killed"); a stop that was asked for and done cleanly exits 0 here, after the last log line."""
+        if threading.current_thread() is not threading.main_thread():
+            yield                                  # tests run the server on a thread: no signals there
+            return
+        old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig, frame):
+        if not self.should_exit:
+            n = self.async_llm.pending
+            print(f"l10_server: shutting down, aborting {n} prompt(s) in flight", file=sys.stderr, flush=True)
+            self.async_llm.shutdown(wait=False)
+        super().handle_exit(sig, frame)
+
+
+def describe(llm, name: str, impl: str) -> str:
+    cfg = llm.llm_engine.config
+    p = next(llm.model.parameters())
+    return (f"{name} on {p.device.type} ({str(p.dtype).replace('torch.', '')}, {impl}) | KV {cfg.num_blocks} blocks "
+            f"x {cfg.block_size} tokens | max_model_len {cfg.max_model_len} | max_num_seqs {cfg.max_num_seqs}")
+
+
+def make_server(llm, name: str, *, host: str = "127.0.0.1", port: int = 8000, max_pending: int = 1024,
+                impl: str = "triton", log_level: str = "warning") -> Server:
+    async_llm = AsyncLLM(llm, max_pending=max_pending)
+    app = build_app(async_llm, name, llm.llm_engine.config.max_model_len)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
+                            lifespan="on")
+    return Server(config, async_llm, describe(llm, name, impl))
+
+
+def llm_options(args) -> tuple[dict, str]:
+    """The LLM(...) keyword arguments the flags ask for, and the impl in words."""
+    from plumbing.runtime import default_device
+    device = args.device or default_device()
+    kw = dict(device=device, dtype=args.dtype, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+              max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+              num_gpu_blocks_override=args.num_gpu_blocks_override, seed=args.seed,
+              enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
+              kv_cache_dtype=args.kv_cache_dtype)
+    impl = args.impl if args.impl != "auto" else ("triton" if device.startswith("cuda") else "torch")
+    if impl == "torch":                      # the reference attention and torch ops: no Triton at all
+        kw.update(impl="torch", fused_ops=False, gemv=False, split_kv=False)
+        return kw, "PyTorch attention and ops"
+    return kw, "Triton kernels"
+
+
+def run(args) -> None:
+    from l9_fp8_kv import LLM
+    t0 = time.perf_counter()
+    kw, impl = llm_options(args)
+    llm = LLM(args.model, **kw)
+    name = args.served_model_name or args.model or "tiny-qwen3"
+    server = make_server(llm, name, host=args.host, port=args.port, max_pending=args.max_pending, impl=impl,
+                         log_level=args.log_level)
+    server.t0 = t0
+    server.run()
+    print(f"l10_server: stopped after {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)

@@ -1,0 +1,268 @@
+"""Stage 10: the OpenAI-compatible server, driven by the real ``openai`` client over HTTP on
+127.0.0.1. Every loop is bounded (client timeouts, polling deadlines)."""
+import asyncio
+import json
+
+import httpx
+import openai
+import pytest
+import torch
+
+from l10_serving import metrics, running_server, wait_idle
+from plumbing.tiny import tiny_checkpoint
+
+PROMPT = "The capital of France is"
+
+
+def _client(base, **kw):
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="none", timeout=120, max_retries=0, **kw)
+
+
+def _hf_greedy(family, prompt_ids, n):
+    from harness.stages import hf_generate
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return hf_generate(tiny_checkpoint(family), prompt_ids, n, device, dtype).token_ids
+
+
+def _ids(choice):
+    return (choice.model_extra or {})["token_ids"]
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    with running_server("tiny-qwen3") as (base, server):
+        yield base, server
+
+
+@pytest.mark.parametrize("family", ["qwen3", pytest.param("llama", marks=pytest.mark.deep),
+                                    pytest.param("qwen2", marks=pytest.mark.deep)])
+def test_greedy_completions_streamed_and_whole_equal_hf(family):
+    from l1_dense.checkpoint import load_tokenizer
+    tok = load_tokenizer(tiny_checkpoint(family))
+    ids = tok(PROMPT, add_special_tokens=False)["input_ids"]
+    want = _hf_greedy(family, ids, 24)
+    with running_server(f"tiny-{family}") as (base, _):
+        c = _client(base)
+        kw = dict(model=f"tiny-{family}", max_tokens=24, temperature=0, extra_body={"return_token_ids": True})
+        whole = c.completions.create(prompt=PROMPT, **kw)
+        by_ids = c.completions.create(prompt=ids, **kw)
+        chunks = list(c.completions.create(prompt=PROMPT, stream=True, **kw))
+        chat = c.chat.completions.create(messages=[{"role": "user", "content": PROMPT}], **kw)
+    streamed = [t for ch in chunks for choice in ch.choices for t in _ids(choice)]
+    assert _ids(whole.choices[0]) == _ids(by_ids.choices[0]) == streamed == want
+    assert "".join(ch.choices[0].text for ch in chunks) == whole.choices[0].text == tok.decode(want, skip_special_tokens=True)
+    assert [ch.choices[0].finish_reason for ch in chunks].count(None) == len(chunks) - 1
+    assert chunks[-1].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert whole.usage.prompt_tokens == len(ids) and whole.usage.completion_tokens == len(want)
+    assert chat.choices[0].message.role == "assistant" and len(_ids(chat.choices[0])) >= 1
+
+
+def test_32_concurrent_streams_each_equal_its_solo_run(qwen3):
+    base, _ = qwen3
+    prompts = [f"Request {i}: " + "abc def " * (i % 7) for i in range(32)]
+    c = _client(base)
+    kw = dict(model="tiny-qwen3", max_tokens=12, temperature=0, extra_body={"return_token_ids": True})
+    solo = [_ids(c.completions.create(prompt=p, **kw).choices[0]) for p in prompts]     # one at a time
+    before = metrics(base)["num_requests_running_max"]
+
+    async def stream(ac, p):
+        out, reasons = [], []
+        async for ch in await ac.completions.create(prompt=p, stream=True, **kw):
+            for choice in ch.choices:
+                out += _ids(choice)
+                reasons.append(choice.finish_reason)
+        return out, reasons
+
+    async def all_at_once():
+        async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="none", timeout=120, max_retries=0) as ac:
+            return await asyncio.gather(*[stream(ac, p) for p in prompts])
+    got = asyncio.run(all_at_once())
+    assert [g for g, _ in got] == solo
+    assert all(len([r for r in rs if r is not None]) == 1 and rs[-1] is not None for _, rs in got)
+    assert before == 1 and metrics(base)["num_requests_running_max"] > 1     # they really ran together
+    wait_idle(base)
+
+
+def test_stop_strings_and_utf8_streamed_text_equals_whole_text(qwen3):
+    base, _ = qwen3
+    c = _client(base)
+    whole0 = c.completions.create(model="tiny-qwen3", prompt="日本語のテキスト", max_tokens=30, temperature=0)
+    text = whole0.choices[0].text
+    stop = text[5:7]                                      # a stop string the output is known to contain
+    for extra in ({}, {"include_stop_str_in_output": True}):
+        kw = dict(model="tiny-qwen3", prompt="日本語のテキスト", max_tokens=30, temperature=0, stop=[stop],
+                  extra_body=extra)
+        whole = c.completions.create(**kw).choices[0]
+        deltas = [ch.choices[0].text for ch in c.completions.create(stream=True, **kw) if ch.choices]
+        assert "".join(deltas) == whole.text
+        assert whole.finish_reason == "stop" and whole.model_extra["stop_reason"] == stop
+        assert whole.text == (text[:text.index(stop) + len(stop)] if extra else text[:text.index(stop)])
+
+
+def test_a_client_that_disconnects_is_aborted_and_its_blocks_freed(qwen3):
+    base, _ = qwen3
+    start = wait_idle(base)["generation_tokens_total"]
+    body = {"model": "tiny-qwen3", "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "ignore_eos": True,
+            "stream": True}
+    with httpx.Client(timeout=30) as h:
+        with h.stream("POST", f"{base}/v1/completions", json=body) as r:
+            lines = r.iter_lines()
+            events = [next(lines) for _ in range(6)]            # a few tokens in, then hang up
+            assert metrics(base)["kv_blocks_used"] > 0
+    assert any(e.startswith("data: {") for e in events)
+    m = wait_idle(base)                                         # blocks back in the pool ...
+    assert m["generation_tokens_total"] - start < 1000          # ... long before max_tokens
+    # a whole (non-streamed) request whose client gives up is aborted too
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{base}/v1/completions", json=dict(body, stream=False), timeout=0.5)
+    m2 = wait_idle(base)
+    assert m2["generation_tokens_total"] - m["generation_tokens_total"] < 1000
+    assert m2["requests_finished_total"] == m["requests_finished_total"] + 1
+
+
+def test_seeded_sampling_reproduces_and_n_gives_indexed_choices_seeded_by_index(qwen3):
+    base, _ = qwen3
+    c = _client(base)
+    kw = dict(model="tiny-qwen3", prompt=PROMPT, max_tokens=10, temperature=1.0, top_p=0.9, extra_body={"return_token_ids": True})
+    a = [_ids(c.completions.create(seed=s, **kw).choices[0]) for s in (7, 8, 9)]
+    assert a[0] == _ids(c.completions.create(seed=7, **kw).choices[0])
+    assert len({tuple(x) for x in a}) > 1                                    # the seed matters
+    n3 = c.completions.create(seed=7, n=3, **kw)
+    assert [ch.index for ch in n3.choices] == [0, 1, 2] and [_ids(ch) for ch in n3.choices] == a
+    streamed = {}
+    for ch in c.completions.create(seed=7, n=3, stream=True, **kw):
+        for choice in ch.choices:
+            streamed.setdefault(choice.index, []).extend(_ids(choice))
+    assert [streamed[i] for i in range(3)] == a
+    assert n3.usage.completion_tokens == sum(len(x) for x in a)
+
+
+def test_logprobs_in_openais_shapes(qwen3):
+    base, _ = qwen3
+    c = _client(base)
+    comp = c.completions.create(model="tiny-qwen3", prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3).choices[0]
+    lp = comp.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
+    # greedy: the sampled token is the most likely; up to 1 + 3 entries (ids with one text share a key)
+    assert all(1 <= len(top) <= 4 and max(top.values()) == pytest.approx(v) for top, v in zip(lp.top_logprobs, lp.token_logprobs))
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+    chat = c.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                     temperature=0, logprobs=True, top_logprobs=2).choices[0]
+    assert len(chat.logprobs.content) == 4
+    assert all(len(x.top_logprobs) == 2 and x.top_logprobs[0].logprob == pytest.approx(x.logprob)
+               for x in chat.logprobs.content)
+
+
+BAD = [  # (endpoint, body, status, the param the error names)
+    ("completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),
+    ("completions", {"prompt": "x", "top_p": 0}, 400, "top_p"),
+    ("completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ("completions", {"prompt": "x", "n": 0}, 400, "n"),
+    ("completions", {"prompt": "x", "logprobs": 21}, 400, "logprobs"),
+    ("completions", {"prompt": "x", "echo": True}, 400, "echo"),
+    ("completions", {"prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias"),
+    ("completions", {"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
+    ("completions", {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    ("completions", {"prompt": [999999]}, 400, "prompt"),
+    ("completions", {"prompt": ""}, 400, "prompt"),
+    ("completions", {"prompt": "x " * 1100}, 400, "prompt"),          # longer than max_model_len (1024)
+    ("completions", {"prompt": "x", "max_tokens": 5000}, 400, "max_tokens"),
+    ("completions", {}, 400, "prompt"),
+    ("completions", {"prompt": "x", "model": "gpt-4"}, 404, "model"),
+    ("chat/completions", {"messages": []}, 400, "messages"),
+    ("chat/completions", {"messages": [{"role": "user"}]}, 400, "messages"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400, "top_logprobs"),
+    ("chat/completions", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, 400, "tools"),
+]
+
+
+def test_bad_requests_get_openais_error_json_naming_the_param_and_the_server_keeps_serving(qwen3):
+    base, _ = qwen3
+    for endpoint, body, status, param in BAD:
+        r = httpx.post(f"{base}/v1/{endpoint}", json=body, timeout=30)
+        err = r.json()["error"]
+        assert (r.status_code, err["param"]) == (status, param), (body, r.text)
+        assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    r = httpx.post(f"{base}/v1/completions", content=b"{not json", timeout=30)
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+    ok = _client(base).completions.create(model="tiny-qwen3", prompt=PROMPT, max_tokens=3, temperature=0)
+    assert ok.choices[0].finish_reason in ("length", "stop")
+    models = httpx.get(f"{base}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["tiny-qwen3"] and httpx.get(f"{base}/health").status_code == 200
+    wait_idle(base)
+
+
+def test_a_full_queue_gets_429_and_the_server_keeps_serving():
+    with running_server("tiny-qwen3", max_pending=2) as (base, _):
+        body = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "temperature": 0, "stream": True}
+        with httpx.Client(timeout=60) as h, h.stream("POST", f"{base}/v1/completions", json=body), \
+                h.stream("POST", f"{base}/v1/completions", json=body):
+            refused = httpx.post(f"{base}/v1/completions", json=dict(body, stream=False), timeout=30)
+            assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+            assert metrics(base)["num_requests_pending"] == 2
+        wait_idle(base)                                       # the two hung up: aborted
+        ok = httpx.post(f"{base}/v1/completions", json=dict(body, stream=False, max_tokens=4), timeout=30)
+        assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_an_engine_error_fails_the_requests_in_flight_with_503_and_health_says_so():
+    with running_server("tiny-qwen3") as (base, server):
+        engine = server.async_llm.engine
+
+        def broken():
+            raise RuntimeError("planted")
+        engine.step = broken
+        r = httpx.post(f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}, timeout=30)
+        assert r.status_code == 503 and "planted" in r.json()["error"]["message"]
+        assert httpx.get(f"{base}/health", timeout=10).status_code == 503
+        r = httpx.post(f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}, timeout=30)
+        assert r.status_code == 503
+
+
+def test_the_cli_starts_logs_one_line_serves_and_stops_on_sigterm_aborting_the_stream(tmp_path):
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "l10_server", "--port", "0", "--max-num-seqs", "8"],
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline, line = time.monotonic() + 120, ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the server exited before its start line"
+            assert time.monotonic() < deadline, "no start line in 120 s"
+        base = re.search(r"at (http://\S+)/v1", line).group(1)
+        assert "tiny-qwen3" in line and "KV" in line and "blocks" in line
+        body = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=60) as r:
+            events = []
+            for event in r.iter_lines():
+                events.append(event)
+                if len(events) == 4:
+                    proc.send_signal(signal.SIGTERM)
+        chunks = [json.loads(e[6:]) for e in events if e.startswith("data: {")]
+        assert [e for e in events if e][-1] == "data: [DONE]"
+        assert chunks[-1]["choices"][0]["finish_reason"] == "abort"
+        assert proc.wait(timeout=60) == 0
+        rest = proc.stderr.read()
+        assert "aborting 1 prompt(s) in flight" in rest and "stopped after" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_bad_flag_is_refused_before_torch_loads():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "l10_server", "--max-num-seqs", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--max-num-seqs must be a positive integer" in r.stderr
+    r = subprocess.run([sys.executable, "-c", "import sys, l10_server.__main__ as m\n"
+                        "try:\n    m.main(['--port', '70000'])\nexcept Exception as e:\n    print(e)\n"
+                        "print('torch' in sys.modules)"], capture_output=True, text=True, timeout=60)
+    assert "--port must be in [0, 65535]" in r.stdout and r.stdout.strip().endswith("False")
