@@ -48,7 +48,7 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
     @app.get("/health")
     async def health():
         if async_llm.dead is not None:
-            return JSONResponse(ApiError(503, f"engine dead: {async_llm.dead!r}", type="server_error").body(), 503)
+            return JSONResponse(ApiError(503, f"engine dead: {async_llm.dead}", type="server_error").body(), 503)
         return {}
 
     @app.get("/v1/models")
@@ -69,7 +69,7 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
     async def chat(request: Request):
         parsed = parse_chat(await _json(request))
         try:
-            parsed.prompts = [render_chat(async_llm.tokenizer, parsed.extra["messages"])]
+            parsed.prompts = [render_chat(async_llm.front_tokenizer, parsed.extra["messages"])]
         except UserError as e:
             raise ApiError(400, str(e), "messages") from None
         return await _serve(request, async_llm, parsed, model_name, chat=True)
@@ -88,7 +88,7 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
     if parsed.model is not None and parsed.model != model_name:
         raise ApiError(404, f"the model {parsed.model!r} does not exist: this server serves {model_name!r} "
                             "(GET /v1/models)", "model", code="model_not_found")
-    fmt = Formatter(chat, model_name, parsed.params.n, llm.tokenizer, parsed.include_usage, parsed.return_token_ids)
+    fmt = Formatter(chat, model_name, parsed.params.n, llm.front_tokenizer, parsed.include_usage, parsed.return_token_ids)
     try:
         sub = llm.submit(parsed.prompts, parsed.params, fmt.id, parsed.fill_max_tokens)
     except QueueFull as e:
@@ -161,5 +161,8 @@ def prometheus(s: dict, pending: int) -> str:
             ("prefix_cache_hit_rate", "gauge", s["prefix_cache_hits"] / max(s["prefix_cache_queries"], 1)),
             ("prompt_tokens_total", "counter", s["prompt_tokens"]),
             ("generation_tokens_total", "counter", s["generation_tokens"]),
-            ("requests_finished_total", "counter", s["requests_finished"])]
+            ("requests_finished_total", "counter", s["requests_finished"]),
+            ("engine_steps_total", "counter", s["engine_steps"]),
+            ("engine_step_seconds_total", "counter", s["engine_step_seconds"]),       # in step(), outputs built
+            ("engine_send_seconds_total", "counter", s["engine_send_seconds"])]       # handing them to the server
     return "".join(f"# TYPE tll:{name} {kind}\ntll:{name} {value}\n" for name, kind, value in rows)

@@ -20,6 +20,22 @@ The invariant, tested: the deltas concatenated equal the non-streamed text, for 
 """
 from __future__ import annotations
 
+from plumbing.exercise import learner_can_replace
+
+
+@learner_can_replace  # lesson 10's build-it exercise: exercises/l10_server.py
+def decode_step(decode, ids: list[int], prefix: int, read: int) -> tuple[str, int, int]:
+    """The whole characters that the ids past ``read`` add, and the new offsets: decode the ids from
+    ``prefix`` with and without the new ones (the earlier ids are context: a byte-level tokenizer
+    decodes a token differently at a word start); the difference is new text, unless it ends in
+    U+FFFD (a character not complete yet): then nothing, offsets unchanged, and the next call tries
+    again with more ids. On success the old ``read`` becomes the new ``prefix``."""
+    before = decode(ids[prefix:read])
+    after = decode(ids[prefix:])
+    if len(after) > len(before) and not after.endswith("\ufffd"):
+        return after[len(before):], read, len(ids)
+    return "", prefix, read
+
 
 class IncrementalDetokenizer:
     def __init__(self, tokenizer, stop=(), include_stop_str_in_output: bool = False):
@@ -36,11 +52,8 @@ class IncrementalDetokenizer:
     def add(self, new_ids: list[int]) -> None:
         """New token ids of the request (one step's)."""
         self.ids += new_ids
-        before = self._decode(self.ids[self.prefix:self.read])
-        after = self._decode(self.ids[self.prefix:])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.text += after[len(before):]
-            self.prefix, self.read = self.read, len(self.ids)
+        new, self.prefix, self.read = decode_step(self._decode, self.ids, self.prefix, self.read)
+        self.text += new
 
     def delta(self, final_text: str | None = None) -> str:
         """The text to send now. ``final_text``: the request finished and this is its whole text

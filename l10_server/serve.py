@@ -1,10 +1,11 @@
 """Start the server: the LLM from the flags, the AsyncLLM around its engine, the app, uvicorn.
 
 ``python -m l10_server`` (``__main__.py``) parses the flags and calls ``run``; tests call
-``make_server`` with an LLM they built and a socket they bound (port 0: a free port, no race).
+``make_server`` and run it on a socket they bound (port 0: a free port, no race).
 
 The engine is stage 9's ``LLM`` (with ``--kv-cache-dtype auto``, stage 8's engine: stage 7's
-runner, stage 6's prefix cache, stage 5's loop), so every earlier stage's option works here.
+runner, stage 6's prefix cache, stage 5's loop), built in the engine core process
+(engine_core.py) from the same keyword arguments, so every earlier stage's option works here.
 
 On a machine without CUDA, ``--impl auto`` serves with the PyTorch attention and torch ops: the
 Triton interpreter runs the kernels hundreds of times slower, which no client would wait for.
@@ -31,14 +32,16 @@ class Server(uvicorn.Server):
 
     def __init__(self, config, async_llm: AsyncLLM, describe: str):
         super().__init__(config)
-        self.async_llm, self.describe, self.t0 = async_llm, describe, time.perf_counter()
+        self.async_llm, self.describe = async_llm, describe
+        self.t0 = None                             # run(): when the process began loading the model
 
     async def startup(self, sockets=None):
         await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
-            print(f"l10_server: serving {self.describe} at http://{host}:{port}/v1 "
-                  f"(ready after {time.perf_counter() - self.t0:.1f} s)", file=sys.stderr, flush=True)
+            ready = f" (ready {time.perf_counter() - self.t0:.1f} s after start)" if self.t0 is not None else ""
+            print(f"l10_server: serving {self.describe} at http://{host}:{port}/v1{ready}", file=sys.stderr,
+                  flush=True)
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -62,24 +65,28 @@ class Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def describe(llm, name: str, impl: str) -> str:
-    cfg = llm.llm_engine.config
-    p = next(llm.model.parameters())
+def describe(llm, name: str) -> str:
+    eng = llm.llm_engine
+    cfg, p, runner = eng.config, next(llm.model.parameters()), eng.runner
+    impl = "PyTorch attention" if runner.cache.impl == "torch" else "Triton kernels"
+    impl += ", CUDA graphs" if getattr(runner, "graphs", None) else ""
     return (f"{name} on {p.device.type} ({str(p.dtype).replace('torch.', '')}, {impl}) | KV {cfg.num_blocks} blocks "
             f"x {cfg.block_size} tokens | max_model_len {cfg.max_model_len} | max_num_seqs {cfg.max_num_seqs}")
 
 
-def make_server(llm, name: str, *, host: str = "127.0.0.1", port: int = 8000, max_pending: int = 1024,
-                impl: str = "triton", log_level: str = "warning") -> Server:
-    async_llm = AsyncLLM(llm, max_pending=max_pending)
-    app = build_app(async_llm, name, llm.llm_engine.config.max_model_len)
+def make_server(model: str | None, llm_kwargs: dict, name: str | None = None, *, host: str = "127.0.0.1",
+                port: int = 8000, max_pending: int = 1024, log_level: str = "warning") -> Server:
+    """Start the engine core (it loads the model: this blocks until it is ready) and the app."""
+    async_llm = AsyncLLM(model, llm_kwargs, max_pending=max_pending)
+    name = name or model or "tiny-qwen3"
+    app = build_app(async_llm, name, async_llm.info["max_model_len"])
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
                             lifespan="on")
-    return Server(config, async_llm, describe(llm, name, impl))
+    return Server(config, async_llm, async_llm.info["describe"])
 
 
-def llm_options(args) -> tuple[dict, str]:
-    """The LLM(...) keyword arguments the flags ask for, and the impl in words."""
+def llm_options(args) -> dict:
+    """The LLM(...) keyword arguments the flags ask for."""
     from plumbing.runtime import default_device
     device = args.device or default_device()
     kw = dict(device=device, dtype=args.dtype, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
@@ -90,18 +97,13 @@ def llm_options(args) -> tuple[dict, str]:
     impl = args.impl if args.impl != "auto" else ("triton" if device.startswith("cuda") else "torch")
     if impl == "torch":                      # the reference attention and torch ops: no Triton at all
         kw.update(impl="torch", fused_ops=False, gemv=False, split_kv=False)
-        return kw, "PyTorch attention and ops"
-    return kw, "Triton kernels"
+    return kw
 
 
 def run(args) -> None:
-    from l9_fp8_kv import LLM
     t0 = time.perf_counter()
-    kw, impl = llm_options(args)
-    llm = LLM(args.model, **kw)
-    name = args.served_model_name or args.model or "tiny-qwen3"
-    server = make_server(llm, name, host=args.host, port=args.port, max_pending=args.max_pending, impl=impl,
-                         log_level=args.log_level)
+    server = make_server(args.model, llm_options(args), args.served_model_name, host=args.host, port=args.port,
+                         max_pending=args.max_pending, log_level=args.log_level)
     server.t0 = t0
     server.run()
     print(f"l10_server: stopped after {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)

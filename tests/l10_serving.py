@@ -9,18 +9,15 @@ import time
 
 
 @contextlib.contextmanager
-def running_server(model: str = "tiny-qwen3", *, max_pending: int = 1024, llm=None, **llm_kw):
-    """Yields (base_url, server). The engine is stage 9's LLM; on a CPU with the PyTorch attention
-    and ops (the server's ``--impl auto``), on a GPU with the Triton kernels."""
+def running_server(model: str = "tiny-qwen3", *, max_pending: int = 1024, **llm_kw):
+    """Yields (base_url, server). The engine core (its own process) runs stage 9's LLM: on a CPU with
+    the PyTorch attention and ops (the server's ``--impl auto``), on a GPU with the Triton kernels."""
     import torch
-    from l9_fp8_kv import LLM
     from l10_server.serve import make_server
-    if llm is None:
-        kw = {} if torch.cuda.is_available() else dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)
-        if torch.cuda.is_available():
-            kw["num_gpu_blocks_override"] = 512
-        llm = LLM(model, **kw, **llm_kw)
-    server = make_server(llm, model, max_pending=max_pending)
+    kw = {} if torch.cuda.is_available() else dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)
+    if torch.cuda.is_available():
+        kw["num_gpu_blocks_override"] = 512
+    server = make_server(model, {**kw, **llm_kw}, model, max_pending=max_pending)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -37,6 +34,7 @@ def running_server(model: str = "tiny-qwen3", *, max_pending: int = 1024, llm=No
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+        server.async_llm.shutdown()
 
 
 def metrics(base: str) -> dict[str, float]:

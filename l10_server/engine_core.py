@@ -1,0 +1,165 @@
+"""The engine core: the one engine loop, in its own process (vLLM v1's EngineCore).
+
+    python process 1 (the server)                       process 2 (this module)
+    -----------------------------                       -----------------------
+    AsyncLLM.submit ----- ("add", key, i, id, prompt, params, fill) --->  make_requests, add_group
+    Submission.close ---- ("abort", id) ------------------------------->  abort_request
+    reader thread  <----- ONE message per step: [(key, kind, i, payload), ...], metrics --  step()
+
+Why a process and not a thread: a step's host work and the server's per-chunk work (JSON, the
+socket, detokenizing) both need a Python interpreter. In one process they take turns on one
+lock (the GIL), so every chunk written makes every step slower: measured on an H100 with 256
+streams, a thread-based server made 44% of the offline throughput. Here the engine never waits
+for the server; the server merges what it has not sent yet (submission.py).
+
+The child builds its own ``LLM`` from the flags (CUDA is initialized here, never in the server),
+ignores Ctrl-C (the terminal sends it to both processes; the server decides), and exits when
+told to stop or when the server's end of the pipe closes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+
+from plumbing.errors import UserError
+
+
+def run_engine_core(model, llm_kwargs: dict, inbox, outbox) -> None:
+    """The child process's entry point: load, say "ready" (with what the server shows), serve."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        from l9_fp8_kv import LLM
+        from .serve import describe
+        llm = LLM(model, **llm_kwargs)
+        if llm.tokenizer is None:
+            raise UserError("this checkpoint has no tokenizer, and a server sends text: serve one that ships "
+                            "tokenizer.json / tokenizer_config.json.")
+    except BaseException as e:                       # a bad flag or checkpoint: the server says why and exits
+        outbox.send(("failed", str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"))
+        return
+    core = EngineCore(llm.llm_engine, outbox)
+    cfg = llm.llm_engine.config
+    outbox.send(("ready", dict(describe=describe(llm, model or "tiny-qwen3"), max_model_len=cfg.max_model_len,
+                               tokenizer_path=str(llm.tokenizer.name_or_path), snapshot=core.snapshot())))
+    core.run(inbox)
+
+
+@dataclass
+class _Track:
+    """The engine core's record of one prompt in flight."""
+    key: str                               # its submission's key in the server
+    i: int                                 # the prompt's index in its submission
+    rid: str                               # its engine request id
+    left: int                              # choices not finished
+    logprobs: bool
+
+
+class EngineCore:
+    def __init__(self, engine, outbox):
+        self.engine, self.outbox = engine, outbox
+        engine.keep_stats = False                  # no per-step record: a server runs for days
+        self._tracks: dict[str, _Track] = {}       # request id -> its prompt
+        self._seq: dict[str, tuple[_Track, int]] = {}    # sequence id -> (its prompt, its choice index)
+        self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "requests_finished": 0, "max_running": 0,
+                       "engine_steps": 0, "engine_step_seconds": 0.0, "engine_send_seconds": 0.0}
+
+    def run(self, inbox) -> None:
+        eng, c, clock = self.engine, self.counts, time.perf_counter
+        try:
+            while self._drain(inbox, block=not eng.has_unfinished_requests()):
+                if not eng.has_unfinished_requests():
+                    continue
+                t0 = clock()
+                out = self._emit(eng.step())
+                t1 = clock()
+                self.outbox.send((out, self.snapshot()))
+                c["engine_steps"] += 1
+                c["engine_step_seconds"] += t1 - t0
+                c["engine_send_seconds"] += clock() - t1
+        except (EOFError, BrokenPipeError, OSError):    # the server is gone: nothing left to serve
+            return
+        except BaseException as e:                 # a bug: the server fails what is in flight, /health says 503
+            traceback.print_exc()
+            self.outbox.send(("dead", f"the engine stopped after an error: {e!r}"))
+
+    def _drain(self, inbox, block: bool) -> bool:
+        """Take what the server sent (waiting for it when idle); False on "stop"."""
+        items = [inbox.recv()] if block else []
+        while inbox.poll():
+            items.append(inbox.recv())
+        out = []
+        for op, *args in items:
+            if op == "add":
+                out.append(self._add(*args))
+            elif op == "abort":
+                out.extend(self._abort(args[0]))
+            else:                                  # stop: abort everything, and say so to each stream
+                out.extend(x for rid in list(self._tracks) for x in self._abort(rid))
+                self.outbox.send((out, self.snapshot()))
+                return False
+        if out:
+            self.outbox.send((out, self.snapshot()))
+        return True
+
+    def _add(self, key: str, i: int, rid: str, prompt, params, fill: bool):
+        eng = self.engine
+        try:
+            if fill:                               # the room this prompt leaves
+                room = min(eng.config.max_model_len, eng.config.capacity) - len(eng.prompt_ids(prompt))
+                params = dataclasses.replace(params, max_tokens=max(room, 1))
+            rid, reqs = eng.make_requests(prompt, params, rid)
+        except UserError as e:
+            return key, "ack", i, e
+        eng.add_group(rid, reqs)
+        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), params.logprobs is not None)
+        for k, req in enumerate(reqs):
+            self._seq[req.request_id] = (track, k)
+        self.counts["prompt_tokens"] += len(reqs[0].prompt_ids)
+        return key, "ack", i, list(reqs[0].prompt_ids)
+
+    def _abort(self, rid: str) -> list:
+        track = self._tracks.pop(rid, None)
+        if track is None:                          # finished meanwhile, or refused: nothing to do
+            return []
+        self.engine.abort_request(rid)
+        ids = [sid for sid, (t, _) in self._seq.items() if t is track]
+        ends = [(self._seq.pop(sid)[1], [], None, "abort", None, None) for sid in ids]
+        self.counts["requests_finished"] += 1
+        return [(track.key, "out", track.i, (ends, True))]
+
+    def _emit(self, outs) -> list:
+        """One step's outputs -> per prompt that moved, its choices' new ids (as tuples of a Choice's
+        fields: this runs, and is pickled, on every step's critical path)."""
+        eng, updates = self.engine, {}
+        for o in outs:
+            track, k = self._seq[o.request_id]
+            lps = eng.requests[o.request_id].logprobs[-len(o.new_token_ids):] if track.logprobs else None
+            ch = (k, o.new_token_ids, lps, None, None, None)      # a Choice's fields: tuples pickle fast
+            if o.finished:
+                final = eng.output(track.rid).outputs[k]                 # the engine's text: cut at a stop string
+                ch = (k, o.new_token_ids, lps, final.finish_reason, final.stop_reason, final.text)
+                track.left -= 1
+                del self._seq[o.request_id]
+            self.counts["generation_tokens"] += len(o.new_token_ids)
+            updates.setdefault(track.rid, (track, []))[1].append(ch)
+        out = []
+        for rid, (track, chs) in updates.items():
+            if track.left == 0:                                    # the engine forgets it now
+                eng.release(rid)
+                del self._tracks[rid]
+                self.counts["requests_finished"] += 1
+            out.append((track.key, "out", track.i, (chs, track.left == 0)))
+        return out
+
+    def snapshot(self) -> dict:
+        """What /metrics reports, sent with every step's outputs."""
+        sched = self.engine.scheduler
+        kv = sched.kv
+        self.counts["max_running"] = max(self.counts["max_running"], len(sched.running))
+        stats = getattr(kv, "stats", None)         # a prefix cache's hit counters (stage 6 on)
+        return dict(self.counts, running=len(sched.running), waiting=len(sched.waiting),
+                    kv_blocks_total=kv.num_blocks, kv_blocks_free=kv.num_free,
+                    prefix_cache_queries=stats.queries if stats else 0, prefix_cache_hits=stats.hits if stats else 0)
