@@ -17,6 +17,7 @@ server detokenizes streams with its own (a fast tokenizer must not be shared bet
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import threading
 
@@ -59,7 +60,8 @@ class AsyncLLM:
         self.info, self.snapshot, self.max_pending = info, info["snapshot"], max_pending
         self.front_tokenizer = load_tokenizer(Path(info["tokenizer_path"]))
         self.pending = 0                                  # prompts submitted and not yet finished
-        self.subs: dict[str, Submission] = {}
+        self.subs: dict[int, Submission] = {}
+        self._keys = itertools.count()
         self.dead: str | None = None
         self.stopping = False
 
@@ -82,15 +84,16 @@ class AsyncLLM:
         if self.pending + len(prompts) > self.max_pending:
             raise QueueFull(f"{self.pending} prompts are in flight and the limit is {self.max_pending} "
                             "(--max-pending): retry later")
-        sub = self.subs[request_id] = Submission(self, request_id, len(prompts), params)
+        key = next(self._keys)                            # an int: it crosses the pipe every step
+        sub = self.subs[key] = Submission(self, key, request_id, len(prompts), params)
         self.pending += len(prompts)
         for i, prompt in enumerate(prompts):
-            self.send(("add", request_id, i, sub.ids[i], prompt, params, fill_max_tokens))
+            self.send(("add", key, i, sub.ids[i], prompt, params, fill_max_tokens))
         return sub
 
     def forget(self, sub: Submission) -> None:
         """A submission closed: count it out, abort what it left unfinished."""
-        self.subs.pop(sub.request_id, None)
+        self.subs.pop(sub.key, None)
         self.pending -= sub.n_prompts
         for i in sorted(sub.left):
             self.send(("abort", sub.ids[i]))
@@ -128,8 +131,13 @@ class AsyncLLM:
             for sub in list(self.subs.values()):
                 sub.put("dead", 0, EngineDead(msg[1]))
             return
-        batch, self.snapshot = msg
+        (keys, idx, toks), batch, self.snapshot = msg
+        subs = self.subs
+        for key, i, tok in zip(keys, idx, toks):                # the common case: one token, one choice
+            sub = subs.get(key)
+            if sub is not None:
+                sub.put_token(i, tok)
         for key, kind, i, payload in batch:
-            sub = self.subs.get(key)
+            sub = subs.get(key)
             if sub is not None:
                 sub.put(kind, i, payload)

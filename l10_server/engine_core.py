@@ -4,7 +4,7 @@
     -----------------------------                       -----------------------
     AsyncLLM.submit ----- ("add", key, i, id, prompt, params, fill) --->  make_requests, add_group
     Submission.close ---- ("abort", id) ------------------------------->  abort_request
-    reader thread  <----- ONE message per step: [(key, kind, i, payload), ...], metrics --  step()
+    reader thread  <----- ONE message per step: the new tokens, the rest, the metrics ------  step()
 
 Why a process and not a thread: a step's host work and the server's per-chunk work (JSON, the
 socket, detokenizing) both need a Python interpreter. In one process they take turns on one
@@ -47,14 +47,18 @@ def run_engine_core(model, llm_kwargs: dict, inbox, outbox) -> None:
     core.run(inbox)
 
 
+NO_TOKENS = ((), (), ())      # a message with no one-token updates
+
+
 @dataclass
 class _Track:
     """The engine core's record of one prompt in flight."""
-    key: str                               # its submission's key in the server
+    key: int                               # its submission's key in the server
     i: int                                 # the prompt's index in its submission
     rid: str                               # its engine request id
     left: int                              # choices not finished
     logprobs: bool
+    simple: bool = False                   # one choice, no logprobs: its tokens take the fast path
 
 
 class EngineCore:
@@ -73,9 +77,9 @@ class EngineCore:
                 if not eng.has_unfinished_requests():
                     continue
                 t0 = clock()
-                out = self._emit(eng.step())
+                fast, out = self._emit(eng.step())
                 t1 = clock()
-                self.outbox.send((out, self.snapshot()))
+                self.outbox.send((fast, out, self.snapshot()))
                 c["engine_steps"] += 1
                 c["engine_step_seconds"] += t1 - t0
                 c["engine_send_seconds"] += clock() - t1
@@ -98,13 +102,13 @@ class EngineCore:
                 out.extend(self._abort(args[0]))
             else:                                  # stop: abort everything, and say so to each stream
                 out.extend(x for rid in list(self._tracks) for x in self._abort(rid))
-                self.outbox.send((out, self.snapshot()))
+                self.outbox.send((NO_TOKENS, out, self.snapshot()))
                 return False
         if out:
-            self.outbox.send((out, self.snapshot()))
+            self.outbox.send((NO_TOKENS, out, self.snapshot()))
         return True
 
-    def _add(self, key: str, i: int, rid: str, prompt, params, fill: bool):
+    def _add(self, key: int, i: int, rid: str, prompt, params, fill: bool):
         eng = self.engine
         try:
             if fill:                               # the room this prompt leaves
@@ -114,7 +118,8 @@ class EngineCore:
         except UserError as e:
             return key, "ack", i, e
         eng.add_group(rid, reqs)
-        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), params.logprobs is not None)
+        lp = params.logprobs is not None
+        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), lp, len(reqs) == 1 and not lp)
         for k, req in enumerate(reqs):
             self._seq[req.request_id] = (track, k)
         self.counts["prompt_tokens"] += len(reqs[0].prompt_ids)
@@ -130,21 +135,31 @@ class EngineCore:
         self.counts["requests_finished"] += 1
         return [(track.key, "out", track.i, (ends, True))]
 
-    def _emit(self, outs) -> list:
-        """One step's outputs -> per prompt that moved, its choices' new ids (as tuples of a Choice's
-        fields: this runs, and is pickled, on every step's critical path)."""
-        eng, updates = self.engine, {}
+    def _emit(self, outs) -> tuple[tuple, list]:
+        """One step's outputs, in two forms. Most are one new token of a running request with one
+        choice and no logprobs: those go as three flat lists (submission key, prompt index, token),
+        which pickle in microseconds. The rest (a choice that finished, n > 1, logprobs) go as one
+        tuple per prompt of a Choice's fields. This is on every step's critical path."""
+        eng, seq, keys, idx, toks, updates = self.engine, self._seq, [], [], [], {}
         for o in outs:
-            track, k = self._seq[o.request_id]
-            lps = eng.requests[o.request_id].logprobs[-len(o.new_token_ids):] if track.logprobs else None
-            ch = (k, o.new_token_ids, lps, None, None, None)      # a Choice's fields: tuples pickle fast
+            track, k = seq[o.request_id]
+            ids = o.new_token_ids
+            if track.simple and not o.finished and len(ids) == 1:
+                keys.append(track.key)
+                idx.append(track.i)
+                toks.append(ids[0])
+                continue
+            lps = eng.requests[o.request_id].logprobs[-len(ids):] if track.logprobs else None
+            ch = (k, ids, lps, None, None, None)
             if o.finished:
                 final = eng.output(track.rid).outputs[k]                 # the engine's text: cut at a stop string
-                ch = (k, o.new_token_ids, lps, final.finish_reason, final.stop_reason, final.text)
+                ch = (k, ids, lps, final.finish_reason, final.stop_reason, final.text)
                 track.left -= 1
-                del self._seq[o.request_id]
-            self.counts["generation_tokens"] += len(o.new_token_ids)
-            updates.setdefault(track.rid, (track, []))[1].append(ch)
+                del seq[o.request_id]
+            if track.rid not in updates:
+                updates[track.rid] = (track, [])
+            updates[track.rid][1].append(ch)
+        self.counts["generation_tokens"] += len(outs)           # one token per sequence per step
         out = []
         for rid, (track, chs) in updates.items():
             if track.left == 0:                                    # the engine forgets it now
@@ -152,7 +167,7 @@ class EngineCore:
                 del self._tracks[rid]
                 self.counts["requests_finished"] += 1
             out.append((track.key, "out", track.i, (chs, track.left == 0)))
-        return out
+        return (keys, idx, toks), out
 
     def snapshot(self) -> dict:
         """What /metrics reports, sent with every step's outputs."""

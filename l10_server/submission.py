@@ -37,8 +37,8 @@ class Update:
 
 
 class Submission:
-    def __init__(self, owner, request_id: str, n_prompts: int, params):
-        self.owner, self.request_id, self.n_prompts, self.params = owner, request_id, n_prompts, params
+    def __init__(self, owner, key: int, request_id: str, n_prompts: int, params):
+        self.owner, self.key, self.request_id, self.n_prompts, self.params = owner, key, request_id, n_prompts, params
         self.ids = [request_id if n_prompts == 1 else f"{request_id}-{i}" for i in range(n_prompts)]
         self.acks: asyncio.Queue = asyncio.Queue()
         self.prompt_token_ids: list[list[int]] = [[] for _ in range(n_prompts)]
@@ -51,6 +51,18 @@ class Submission:
         self.closed = False
 
     # ---- from the engine core (on the event loop: AsyncLLM._on_message) ---------------------
+    def put_token(self, i: int, tok: int) -> None:
+        """One new token of choice 0 (the common case, sent compactly)."""
+        if self.closed:
+            return
+        have = self.raw.setdefault(i, {})
+        ch = have.get(0)
+        if ch is None:
+            have[0] = Choice(0, "", [tok])
+        else:
+            ch.token_ids.append(tok)                       # merge: the writer has not taken it yet
+        self.wake.set()
+
     def put(self, kind: str, i: int, payload) -> None:
         if self.closed:
             return
