@@ -112,19 +112,26 @@ def test_stop_strings_and_utf8_streamed_text_equals_whole_text(qwen3):
         assert whole.text == (text[:text.index(stop) + len(stop)] if extra else text[:text.index(stop)])
 
 
-def test_a_client_that_disconnects_is_aborted_and_its_blocks_freed(qwen3):
+def test_a_client_that_disconnects_is_aborted_and_its_blocks_freed_and_the_others_finish_exactly(qwen3):
     base, _ = qwen3
-    start = wait_idle(base)["generation_tokens_total"]
     body = {"model": "tiny-qwen3", "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "ignore_eos": True,
             "stream": True}
+    other = dict(model="tiny-qwen3", prompt="Another user", max_tokens=40, temperature=0,
+                 extra_body={"return_token_ids": True, "ignore_eos": True})
+    solo = _ids(_client(base).completions.create(**other).choices[0])
+    start = wait_idle(base)["generation_tokens_total"]
     with httpx.Client(timeout=30) as h:
         with h.stream("POST", f"{base}/v1/completions", json=body) as r:
             lines = r.iter_lines()
-            events = [next(lines) for _ in range(6)]            # a few tokens in, then hang up
+            events = [next(lines) for _ in range(6)]            # a few tokens in ...
             assert metrics(base)["kv_blocks_used"] > 0
+            others = iter(_client(base).completions.create(stream=True, **other))   # another user, meanwhile
+            got = _ids(next(others).choices[0])
+        got += [t for ch in others for choice in ch.choices for t in _ids(choice)]   # the first hung up; this goes on
+    assert got == solo                                          # the other request finished exactly
     assert any(e.startswith("data: {") for e in events)
     m = wait_idle(base)                                         # blocks back in the pool ...
-    assert m["generation_tokens_total"] - start < 1000          # ... long before max_tokens
+    assert m["generation_tokens_total"] - start < 1000 + len(solo)   # ... long before max_tokens
     # a whole (non-streamed) request whose client gives up is aborted too: 16 prompts of 990 tokens
     many = dict(body, stream=False, max_tokens=990, prompt=[f"{PROMPT} {i}" for i in range(16)])
     with pytest.raises(httpx.ReadTimeout):
