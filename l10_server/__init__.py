@@ -2,7 +2,9 @@
 
     detok.py       each step's new token ids -> text a stream may send (no half character, no
                    text a stop string will remove)
-    async_llm.py   the engine loop on its own thread; per-request queues for the event loop
+    engine_core.py the one engine loop, in its own process; one message a step to the server
+    async_llm.py   the server's handle on it: submit, abort, the reader thread, engine death
+    submission.py  one request's prompts: updates merged while the writer is behind, detokenized
     protocol.py    request bodies -> prompts + SamplingParams, every field checked (400s)
     responses.py   updates -> OpenAI's objects and SSE chunks
     api.py         the FastAPI routes; serve.py: uvicorn; __main__.py: ``python -m l10_server``

@@ -20,7 +20,9 @@ import asyncio
 import itertools
 import multiprocessing
 import threading
+from pathlib import Path
 
+from l1_dense.checkpoint import load_tokenizer
 from l4_sampler.params import SamplingParams
 from plumbing.errors import UserError
 
@@ -55,8 +57,6 @@ class AsyncLLM:
         if kind == "failed":
             self.proc.join()
             raise UserError(info)
-        from l1_dense.checkpoint import load_tokenizer
-        from pathlib import Path
         self.info, self.snapshot, self.max_pending = info, info["snapshot"], max_pending
         self.front_tokenizer = load_tokenizer(Path(info["tokenizer_path"]))
         self.pending = 0                                  # prompts submitted and not yet finished
@@ -115,17 +115,17 @@ class AsyncLLM:
             try:
                 msg = self._from_core.recv()
             except (EOFError, OSError):
-                msg = ("dead", f"the engine core exited (exit code {self.proc.exitcode})")
+                msg = ("exited", f"the engine core exited (exit code {self.proc.exitcode})")
             try:
                 self._loop.call_soon_threadsafe(self._on_message, msg)
             except RuntimeError:                          # the event loop is closed: the server is gone
                 return
-            if msg[0] == "dead":
+            if msg[0] in ("dead", "exited"):
                 return
 
     def _on_message(self, msg) -> None:
-        if msg[0] == "dead":
-            if self.stopping and "exited" in msg[1]:      # a stop we asked for: nothing failed
+        if msg[0] in ("dead", "exited"):                 # raised, or gone (killed, crashed, or stopped)
+            if msg[0] == "exited" and self.stopping:      # a stop we asked for: nothing failed
                 return
             self.dead = msg[1]
             for sub in list(self.subs.values()):

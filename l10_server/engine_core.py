@@ -58,7 +58,8 @@ class _Track:
     rid: str                               # its engine request id
     left: int                              # choices not finished
     logprobs: bool
-    simple: bool = False                   # one choice, no logprobs: its tokens take the fast path
+    simple: bool                           # one choice, no logprobs: its tokens take the fast path
+    sids: list[str]                        # its sequences' ids (n of them), by choice index
 
 
 class EngineCore:
@@ -111,15 +112,17 @@ class EngineCore:
     def _add(self, key: int, i: int, rid: str, prompt, params, fill: bool):
         eng = self.engine
         try:
-            if fill:                               # the room this prompt leaves
-                room = min(eng.config.max_model_len, eng.config.capacity) - len(eng.prompt_ids(prompt))
+            if fill:                               # the room this prompt leaves (encoded once, here)
+                prompt = {"prompt_token_ids": eng.prompt_ids(prompt)}
+                room = min(eng.config.max_model_len, eng.config.capacity) - len(prompt["prompt_token_ids"])
                 params = dataclasses.replace(params, max_tokens=max(room, 1))
             rid, reqs = eng.make_requests(prompt, params, rid)
         except UserError as e:
             return key, "ack", i, e
         eng.add_group(rid, reqs)
         lp = params.logprobs is not None
-        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), lp, len(reqs) == 1 and not lp)
+        sids = [req.request_id for req in reqs]
+        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), lp, len(reqs) == 1 and not lp, sids)
         for k, req in enumerate(reqs):
             self._seq[req.request_id] = (track, k)
         self.counts["prompt_tokens"] += len(reqs[0].prompt_ids)
@@ -130,8 +133,7 @@ class EngineCore:
         if track is None:                          # finished meanwhile, or refused: nothing to do
             return []
         self.engine.abort_request(rid)
-        ids = [sid for sid, (t, _) in self._seq.items() if t is track]
-        ends = [(self._seq.pop(sid)[1], [], None, "abort", None, None) for sid in ids]
+        ends = [(self._seq.pop(sid)[1], [], None, "abort", None, None) for sid in track.sids if sid in self._seq]
         self.counts["requests_finished"] += 1
         return [(track.key, "out", track.i, (ends, True))]
 

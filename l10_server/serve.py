@@ -85,6 +85,17 @@ def make_server(model: str | None, llm_kwargs: dict, name: str | None = None, *,
     return Server(config, async_llm, async_llm.info["describe"])
 
 
+#: ``--impl torch``: the reference attention and the skeleton's torch ops, no Triton at all
+TORCH_IMPL = dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)
+
+
+def impl_options(device: str, impl: str = "auto") -> dict:
+    """The LLM(...) options of ``--impl``: auto is Triton on cuda and the PyTorch reference on a CPU."""
+    if impl == "auto":
+        impl = "triton" if device.startswith("cuda") else "torch"
+    return dict(TORCH_IMPL) if impl == "torch" else {}
+
+
 def llm_options(args) -> dict:
     """The LLM(...) keyword arguments the flags ask for."""
     from plumbing.runtime import default_device
@@ -94,10 +105,31 @@ def llm_options(args) -> dict:
               num_gpu_blocks_override=args.num_gpu_blocks_override, seed=args.seed,
               enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
               kv_cache_dtype=args.kv_cache_dtype)
-    impl = args.impl if args.impl != "auto" else ("triton" if device.startswith("cuda") else "torch")
-    if impl == "torch":                      # the reference attention and torch ops: no Triton at all
-        kw.update(impl="torch", fused_ops=False, gemv=False, split_kv=False)
-    return kw
+    return dict(kw, **impl_options(device, args.impl))
+
+
+@contextlib.contextmanager
+def running_in_thread(server: Server, timeout: float = 60.0):
+    """Run ``server`` on a thread of this process on 127.0.0.1, on a socket bound to port 0 (a free
+    port, with no race between choosing it and binding it); yields its base URL. Tests, benchmarks
+    and the lesson's wall use it; on exit the server stops and its engine core with it."""
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start in {timeout:.0f} s")
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+        server.async_llm.shutdown()
 
 
 def run(args) -> None:

@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 
@@ -118,19 +117,6 @@ def offline_single(llm, a, n_in: int, n_out: int) -> dict:
     return dict(ttft_ms_p50=1e3 * sorted(ttft)[len(ttft) // 2], tpot_ms_p50=1e3 * sorted(tpot)[len(tpot) // 2])
 
 
-def serve_in_thread(path, kw, name):
-    import socket
-    from l10_server.serve import make_server
-    server = make_server(path, kw, name, max_pending=100_000)       # the engine core: another process
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-
 def engine_counters(url) -> dict:
     import httpx
     text = httpx.get(f"{url}/metrics", timeout=30).text
@@ -163,22 +149,18 @@ def _client_run(url, name, requests, rate, seed, sequential=False) -> dict:
 
 def setup(a, device):
     from l9_fp8_kv import LLM
+    from l10_server.serve import impl_options
+    kw = impl_options(device)                     # as the server's --impl auto
     if a.quick:
-        path, name, kw = str(tiny_checkpoint("qwen3")), "tiny-qwen3", {}
+        path, name = str(tiny_checkpoint("qwen3")), "tiny-qwen3"
         a.num_requests, a.single, lo, hi, single_len = 8, 3, 4, 24, 8
-        if device == "cpu":
-            kw = dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)
     else:
-        path, name, kw = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), "qwen3-0.6b-random", {}
+        path, name = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), "qwen3-0.6b-random"
         lo, hi, single_len = 100, 1024, 128
+        with open(os.path.join(path, "config.json")) as f:
+            write_tokenizer(path, json.load(f)["vocab_size"])
     t = time.perf_counter()
     llm = LLM(path, device=device, seed=a.seed, **kw)
-    write_tokenizer(path, llm.model.cfg.vocab_size)
-    if llm.tokenizer is None:
-        from l1_dense.checkpoint import load_tokenizer
-        from pathlib import Path
-        llm.tokenizer = load_tokenizer(Path(path))
-        llm.llm_engine.tokenizer = llm.tokenizer
     start_s = time.perf_counter() - t
     V = llm.model.cfg.vocab_size
     work = workload(a.num_requests, lo, hi, V, a.seed)
@@ -209,9 +191,10 @@ def main(argv=None):
     cfg_model, engine_cfg, dtype = llm.model.cfg, str(llm.llm_engine.config), str(next(llm.model.parameters()).dtype)
     del llm                                           # the served engine core loads its own: free the GPU
     free()
-    server, thread, url = serve_in_thread(path, kw, name)
+    from l10_server.serve import make_server, running_in_thread
+    server = make_server(path, kw, name, max_pending=100_000)       # the engine core: another process
     runs = []
-    try:
+    with running_in_thread(server) as url:
         for j, rate in enumerate(a.rate_list):        # fresh prompts each run: no prefix-cache hits across runs
             r = client_run(url, name, workload(len(work), *a.lengths, cfg_model.vocab_size, a.seed + 10 + j),
                            rate, a.seed)
@@ -220,9 +203,6 @@ def main(argv=None):
         r = client_run(url, name, single, "inf", a.seed, sequential=True)
         runs.append(summarize(r, f"single {len(single[0][0])}/{single[0][1]}"))
         print(runs[-1]["line"])
-    finally:
-        server.should_exit = True
-        thread.join(timeout=60)
     meta = dict(device=torch.cuda.get_device_name() if device == "cuda" else "CPU", torch=torch.__version__,
                 model=name, dtype=dtype.replace("torch.", ""),
                 workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.lengths[0]}, {a.lengths[1]}], "

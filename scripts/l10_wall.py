@@ -73,26 +73,16 @@ def main(argv=None) -> int:
     import torch
     from l4_sampler import SamplingParams
     from l9_fp8_kv import LLM
-    kw = {} if torch.cuda.is_available() else dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)
+    from l10_server.serve import impl_options, make_server, running_in_thread
+    kw = impl_options("cuda" if torch.cuda.is_available() else "cpu")     # as the server's --impl auto
     llm = LLM(a.model, **kw)
     llm.generate(["warm-up"], SamplingParams(max_tokens=2), use_tqdm=False)
     print(f"wall: user A sends {A_N} requests x {A_TOKENS} tokens; user B sends 1 request x {B_TOKENS} tokens "
           f"{B_DELAY} s later")
     a_done, b_first = offline(llm, SamplingParams)
     print(f"offline llm.generate: B's first token after {b_first:.3f} s; A's batch took {a_done:.3f} s")
-    from l10_server.serve import make_server
-    import socket
-    server, sock = make_server(a.model, kw), socket.socket()      # its own engine core process
-    sock.bind(("127.0.0.1", 0))
-    thread = threading.Thread(target=server.run, kwargs=dict(sockets=[sock]), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        sa_done, sb_first, sb_last = asyncio.run(served(f"http://127.0.0.1:{sock.getsockname()[1]}"))
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with running_in_thread(make_server(a.model, kw)) as base:      # its own engine core process
+        sa_done, sb_first, sb_last = asyncio.run(served(base))
     print(f"served (l10_server):  B's first token after {sb_first:.3f} s, its last after {sb_last:.3f} s; "
           f"A's batch took {sa_done:.3f} s")
     ok = b_first >= a_done and sb_first < sa_done

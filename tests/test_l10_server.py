@@ -174,6 +174,14 @@ def test_logprobs_in_openais_shapes(qwen3):
                for x in chat.logprobs.content)
 
 
+def test_chat_without_max_tokens_gets_the_room_the_prompt_leaves(qwen3):
+    """vLLM's chat default: max_tokens = max_model_len - prompt tokens (1024 here)."""
+    base, _ = qwen3
+    r = _client(base).chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}],
+                                              temperature=0, extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "length" and r.usage.total_tokens == 1024
+
+
 BAD = [  # (endpoint, body, status, the param the error names)
     ("completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),
     ("completions", {"prompt": "x", "top_p": 0}, 400, "top_p"),
