@@ -233,3 +233,27 @@ def _l9_engine(model, n_tokens, kv_cache_dtype="auto"):
 
 register("l9_fp8_kv", _l9_engine, _l6_generate, layerwise=False)
 FP8_LINE = ("l9_fp8_kv[fp8]", lambda model, n: _l9_engine(model, n, "fp8"), _l6_generate)
+
+
+def _l11_engine(model, n_tokens):
+    """Stage 11: stage 9 given a speculator with n-gram drafts (k = 3, n-grams of 1-3 tokens)."""
+    from l11_spec_decode import build_engine
+
+    from . import l6_demo as demo
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True,
+                        speculative_config=dict(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1,
+                                                prompt_lookup_max=3))
+
+
+def _l11_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    """Stage 6's workload; drafts must really have been verified, or the row tests nothing new."""
+    gen = _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len)
+    if engine.speculator.verify_steps == 0:
+        raise AssertionError("the l11 row verified no draft: it would not test speculative decoding")
+    if next(engine.model.parameters()).device.type == "cuda" and not any(
+            m.startswith("graph") and "x" in m for m in engine.runner.mode_log):
+        raise AssertionError("the l11 row replayed no verify-step CUDA graph on a GPU")
+    return gen
+
+
+register("l11_spec_decode", _l11_engine, _l11_generate, layerwise=False)

@@ -16,6 +16,10 @@ and runs the same loop whichever parts it has. One step:
     tokens = sampler(logits, rows)         ONE stage 4 sampler call, per-row SamplingParams
     per sampled request: append the token, stop checks; a finished request frees its blocks now
 
+With a ``speculator`` (lesson 11) a decoding request also carries drafts, guessed next tokens that
+the same forward pass computes; the speculator samples at every one of them, keeps the guesses the
+model agrees with, and ``advance`` is told how many it refused. Without one nothing changes.
+
 The stop checks ask a request's StopChecker only for a token that could end it (stage 4's
 pre-check: ``token in stop_ids or num_tokens >= stop_len``). The builders that assemble the
 parts of each stage are ``build_engine`` in each stage's llm.py.
@@ -46,9 +50,10 @@ from .request import Request, RequestStatus
 
 class LLMEngine:
     def __init__(self, model, tokenizer, config: EngineConfig, *, scheduler, runner, sampler,
-                 keep_logits: bool = False):
+                 speculator=None, keep_logits: bool = False):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.scheduler, self.runner, self.sampler = scheduler, runner, sampler
+        self.speculator = speculator                # lesson 11: proposes drafts, verifies them
         self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)
         self.requests: dict[str, Request] = {}
         self.groups: dict[str, list[str]] = {}      # a request with n > 1: its sequences' ids, by index
@@ -173,10 +178,16 @@ class LLMEngine:
             raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
         ran = self.runner.execute(out)                       # logits [S', V] float32, meta, argmax
         self.last_meta = ran.meta                            # for --trace-meta and tests
-        sched.advance(out)
         running, waiting = len(sched.running), len(sched.waiting)   # before anyone finishes
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        results, finished = self._sample(ran.logits, sampling, ran.argmax) if sampling else ([], [])
+        spec = self.speculator
+        if spec is not None and any([req.spec_ids for req in sampling]):
+            results, finished = self._verify(out, ran, sampling)         # lesson 11
+        else:
+            sched.advance(out)
+            results, finished = self._sample(ran.logits, sampling, ran.argmax) if sampling else ([], [])
+        if spec is not None:
+            spec.propose(sched.running)                      # guesses for the next step
         if self.keep_stats:
             self.stats.append(self._stats(out, running, waiting, len(sampling), finished))
         return results
@@ -202,6 +213,35 @@ class LLMEngine:
                     self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
                     finished.append(req.request_id)
             results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
+        return results, finished
+
+    def _verify(self, out, ran, sampling: list[Request]) -> tuple[list[StepOutput], list[str]]:
+        """Lesson 11: the speculator turns each sampling row's logits into its new tokens (the drafts
+        the model agrees with, then one of its own); the scheduler keeps only those tokens' K/V."""
+        new, lps, rows = self.speculator.verify(ran.logits, sampling, self.sampler, ran.argmax)
+        it = iter(new)
+        self.scheduler.advance(out, [len(req.spec_ids) + 1 - len(next(it)) if s else 0
+                                     for (req, _), s in zip(out.scheduled, out.sample)])
+        results, finished = [], []
+        for i, req in enumerate(sampling):
+            req.spec_ids.clear()
+            fin, got, stops = None, [], req.stops
+            for j, tok in enumerate(new[i]):
+                req.output_ids.append(tok)
+                req.num_tokens += 1
+                got.append(tok)
+                if lps is not None and lps[i][j] is not None:
+                    req.logprobs.append(lps[i][j])
+                    req.cumulative_logprob += lps[i][j].logprob
+                if self.keep_logits:
+                    req.logits.append(ran.logits[rows[i][j]].cpu())
+                if tok in stops.stop_ids or req.num_tokens >= stops.stop_len:
+                    fin = stops.update(req.output_ids)
+                    if fin is not None:                      # the tokens after a stop are dropped
+                        self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)
+                        finished.append(req.request_id)
+                        break
+            results.append(StepOutput(req.request_id, got, fin is not None, fin and fin.finish_reason))
         return results, finished
 
     def _stats(self, out, running: int, waiting: int, sampled: int, finished: list[str]) -> StepStats:

@@ -43,9 +43,10 @@ from .scheduler import Scheduler
 
 
 def build_engine(model, tokenizer, config, *, kv=None, runner=None, wrap=None, seed: int | None = None,
-                 impl: str = "triton", check: bool = False, keep_logits: bool = False) -> LLMEngine:
-    """The one engine with stage 5's parts, or with the ``kv`` manager and ``runner`` a later stage
-    passes. ``wrap(name, part)``, if given, may put a wrapper with the same methods around each part
+                 impl: str = "triton", check: bool = False, keep_logits: bool = False,
+                 speculator=None) -> LLMEngine:
+    """The one engine with stage 5's parts, or with the ``kv`` manager, ``runner`` and ``speculator``
+    (lesson 11) a later stage passes. ``wrap(name, part)``, if given, may put a wrapper with the same methods around each part
     before the loop gets it ("scheduler", "runner", "sampler"; lesson 7's profiler times them so)."""
     kv = kv if kv is not None else BlockManager(config.num_blocks, config.block_size)
     runner = runner if runner is not None else ModelRunner(model, config, impl=impl, check=check)
@@ -53,7 +54,7 @@ def build_engine(model, tokenizer, config, *, kv=None, runner=None, wrap=None, s
                  sampler=Sampler(seed))
     if wrap is not None:
         parts = {name: wrap(name, part) for name, part in parts.items()}
-    return LLMEngine(model, tokenizer, config, **parts, keep_logits=keep_logits)
+    return LLMEngine(model, tokenizer, config, **parts, speculator=speculator, keep_logits=keep_logits)
 
 
 def _dtype_name(dtype, device) -> str:
@@ -80,7 +81,7 @@ def _check_options(build, options: dict) -> None:
     known, more = names(build)
     if more:
         known |= names(build_engine)[0]
-    known -= {"kv", "runner", "wrap", "seed", "impl"}                  # parts, and LLM's own arguments
+    known -= {"kv", "runner", "wrap", "seed", "impl", "speculator"}    # parts, and LLM's own arguments
     unknown = sorted(set(options) - known)
     if unknown:
         raise UserError(f"LLM() got {', '.join(unknown)}, which this stage's engine does not take: its options are "

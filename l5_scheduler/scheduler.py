@@ -18,6 +18,10 @@ Where the K/V go is not the scheduler's business: it is given a KV manager (kv_m
 2's allocator by default; lesson 6 passes a prefix-caching one) and asks it for blocks. A running
 request asks only when its blocks cannot hold its next tokens (1 decode step in block_size).
 
+Drafts (lesson 11). A decoding request may carry ``spec_ids``, guesses for its next tokens; it
+is then scheduled 1 + k tokens, k cut to the budget and to the free blocks (a guess never
+preempts), and ``advance`` is told how many of them the model refused.
+
 Preemption is by recompute: the victim frees every block, its ``num_computed_tokens`` drops
 to 0 and it goes back to the *front* of the waiting queue. When readmitted it recomputes its
 prompt plus the tokens it already generated, then samples its next token as if nothing had
@@ -115,6 +119,8 @@ class Scheduler:
                 break
             kv = req.kv
             n = req.num_tokens - kv.cur_len           # decode: 1; prefill: the rest of it
+            if req.spec_ids:                          # drafts to verify (lesson 11)
+                n += self._fit_drafts(req, n, budget)
             if n > budget:
                 n, cut = budget, True                 # a chunk: the budget ends here
             if kv.cur_len + n > len(kv.slot_indices):     # its blocks cannot hold them: ask for more
@@ -144,6 +150,20 @@ class Scheduler:
             budget -= n
         return budget
 
+    def _fit_drafts(self, req: Request, n: int, budget: int) -> int:
+        """How many of ``req``'s drafts run this step beside its ``n`` known tokens: none unless it
+        decodes (n = 1), then as many as the budget and the free blocks allow (a guess never
+        preempts anyone). The rest are dropped."""
+        kv = req.kv
+        k = max(0, min(len(req.spec_ids), budget - n)) if n == 1 else 0
+        if k and kv.cur_len + 1 + k > len(kv.slot_indices):
+            try:
+                self.kv.reserve(kv, kv.cur_len + 1 + k)
+            except OutOfBlocks:
+                k = 0
+        del req.spec_ids[k:]
+        return k
+
     def _reserve_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         def preempt(victim):
             self._preempt(victim)
@@ -153,13 +173,20 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.kv.free(req.kv)
         req.kv = KVBlocks(req.request_id)                     # num_computed_tokens = 0
+        req.spec_ids.clear()                                  # its guesses go too (lesson 11)
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.waiting.appendleft(req)                          # first in line to come back
 
-    def advance(self, out: SchedulerOutput) -> None:
-        """After the forward pass: the scheduled tokens' K/V are now in the cache."""
-        self.kv.advance(out.scheduled)
+    def advance(self, out: SchedulerOutput, rejected: list[int] | None = None) -> None:
+        """After the forward pass: the scheduled tokens' K/V are now in the cache. ``rejected``
+        (lesson 11): per scheduled request, how many of its drafts the model refused. Their K/V sit
+        in slots past ``num_computed_tokens``, where the next step writes over them; they are never
+        counted, cached or read."""
+        if rejected is None:
+            self.kv.advance(out.scheduled)
+        else:
+            self.kv.advance([(req, n - r) for (req, n), r in zip(out.scheduled, rejected)])
 
     def abort(self, req: Request) -> None:
         """Take a waiting or running request out (a client went away): its blocks are free now,

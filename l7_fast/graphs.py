@@ -10,6 +10,9 @@ A graph replays fixed addresses and shapes, so:
                 replays the graph of the smallest B >= n, with B - n padding rows (cache.py:
                 position 0, K/V length 1, the PAD block), inputs written into the same pinned
                 buffer offsets the capture read (step_inputs.py)
+    verify      (lesson 11) ``verify=(q, max_batch)``: also one graph per bucket B <= max_batch for
+                a uniform verify step, every request computing q tokens (its last one and q - 1
+                guesses) and sampling at each; padding sequences are q tokens at positions 0..q-1
     eager       everything else: prefill chunks, a decode-shaped step whose one-token row does not
                 sample (a prompt chunk the budget cut to one token: fewer logits rows, another
                 byte layout), a batch above the last bucket, ``enforce_eager``
@@ -29,13 +32,14 @@ import torch
 
 from l5_scheduler.runner import RunnerOutput
 
-from .runner import is_uniform_decode
+from .runner import is_uniform_decode, uniform_verify
 
 
 class GraphRunner:
-    def __init__(self, runner):
+    def __init__(self, runner, verify: tuple[int, int] | None = None):
         self.runner = runner                         # the eager FastRunner: captures, and runs the rest
-        self.graphs: dict[int, tuple] = {}
+        self.verify = verify                         # (q, max batch) of lesson 11's verify steps, or None
+        self.graphs: dict[tuple[int, int], tuple] = {}   # (B, q) -> the graph and its static outputs
         self.graph_bytes, self.capture_s = 0, 0.0
         self.capture()
 
@@ -57,38 +61,45 @@ class GraphRunner:
         before = torch.cuda.memory_reserved()
         pool, L = None, r.config.max_model_len
         stream = torch.cuda.Stream()                 # one warm-up stream (cuBLAS keeps a workspace per stream)
-        for B in sorted(r.buckets, reverse=True):
-            lay = r.buf.pad_only(B, r.cache.pad_slot)
-            splits = r.decode_splits(B)
+        shapes = [(B, 1) for B in r.buckets]
+        if self.verify is not None:
+            shapes += [(B, self.verify[0]) for B in r.buckets if B <= self.verify[1]]
+        for B, q in sorted(shapes, key=lambda s: -s[0] * s[1]):
+            lay = r.buf.pad_only(B, r.cache.pad_slot, q)
+            splits = r.decode_splits(B) if q == 1 else 1     # (the split kernel is decode-only)
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):          # warm up: compile kernels, settle allocations
                 for _ in range(2):
-                    r.forward(lay, 1, L, splits)
+                    r.forward(lay, q, L, splits)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                logits, meta = r.forward(lay, 1, L, splits)
-                argmax = logits.argmax(-1)           # [B]: for an all-greedy batch, no launch after the replay
+                logits, meta = r.forward(lay, q, L, splits)
+                argmax = logits.argmax(-1)           # [B q]: for an all-greedy batch, no launch after the replay
             pool = graph.pool()
-            self.graphs[B] = (graph, logits, meta, argmax)   # static outputs: overwritten by every replay
+            self.graphs[B, q] = (graph, logits, meta, argmax)   # static outputs: overwritten by every replay
         torch.cuda.synchronize()
         self.graph_bytes = torch.cuda.memory_reserved() - before
         self.capture_s = time.perf_counter() - t0
 
-    def replay_bucket(self, out) -> int | None:
-        """The graph this step replays, or None (eager): only a uniform decode step that fits a bucket."""
-        return self.runner.bucket(len(out.scheduled)) if is_uniform_decode(out) else None
+    def replay_bucket(self, out) -> tuple[int, int] | None:
+        """The graph this step replays, (B, q), or None (eager): a uniform decode step, or a uniform
+        verify step of the captured q, that fits a bucket."""
+        n = len(out.scheduled)
+        q = 1 if is_uniform_decode(out) else uniform_verify(out) if self.verify is not None else None
+        B = self.runner.bucket(n) if q is not None else None
+        return (B, q) if B is not None and (B, q) in self.graphs else None
 
     def execute(self, out):
         """Returns logits [S', V] float32 for the rows that sample, and the step's metadata."""
-        B = self.replay_bucket(out)
-        if B is None:
+        key = self.replay_bucket(out)
+        if key is None:
             return self.runner.execute(out)
-        r, n = self.runner, len(out.scheduled)
-        lay, _ = r.prepare(out, pad_to=B)
+        (B, q), r, n = key, self.runner, len(out.scheduled)
+        lay = r.prepare(out, pad_to=B)[0] if q == 1 else r.prepare_verify(out, q, B)
         if r.check:
-            r.check_step(out, lay, 1)
-        graph, logits, meta, argmax = self.graphs[B]
+            r.check_step(out, lay, q)
+        graph, logits, meta, argmax = self.graphs[B, q]
         graph.replay()
-        r.mode_log.append(f"graph {B}")
-        return RunnerOutput(logits[:n], meta, argmax[:n])    # meta: the captured views, this step's values
+        r.mode_log.append(f"graph {B}" if q == 1 else f"graph {B}x{q}")
+        return RunnerOutput(logits[:n * q], meta, argmax[:n * q])   # meta: the captured views, this step's values

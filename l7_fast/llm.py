@@ -41,10 +41,11 @@ def make_ops(model, *, fused_ops: bool = True, gemv: bool = True):
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, profiler=None, impl: str = "triton",
-                 check: bool = False, runner=None, **kw):
+                 check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
     an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
-    it is warmed up and given CUDA graphs here, like stage 7's own."""
+    it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
+    batch): graphs for lesson 11's verify steps too (graphs.py)."""
     if runner is None:
         runner = FastRunner(model, config, make_ops(model, fused_ops=fused_ops, gemv=gemv), impl=impl, check=check,
                             split_kv=split_kv)
@@ -52,7 +53,7 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
         runner.warmup_report = warm_up(runner, progress=True)
         print(runner.warmup_report.line(), file=sys.stderr)
     if not enforce_eager and runner.device.type == "cuda" and impl == "triton":
-        runner = GraphRunner(runner)                 # the torch reference attention cannot be captured
+        runner = GraphRunner(runner, verify_graphs)  # the torch reference attention cannot be captured
     return stage6.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, runner=runner,
                                wrap=profiler.wrap if profiler is not None else None, impl=impl, check=check, **kw)
 

@@ -45,6 +45,16 @@ def is_uniform_decode(out) -> bool:
     return out.num_tokens == len(out.scheduled) and all(out.sample)
 
 
+def uniform_verify(out) -> int | None:
+    """q > 1 if every scheduled request computes q tokens and samples at every one of them: its last
+    known token and q - 1 guesses (lesson 11's verify step). Such a step can replay a graph too."""
+    S = len(out.scheduled)
+    if not S or out.num_tokens % S or out.num_tokens == S or not all(out.sample):
+        return None
+    q = out.num_tokens // S
+    return q if all([n == q and len(req.spec_ids) == q - 1 for req, n in out.scheduled]) else None
+
+
 class FastRunner:
     def __init__(self, model, config, ops, *, impl: str = "triton", check: bool = False, split_kv: bool = True,
                  cache: FastKVCache | None = None):
@@ -98,13 +108,36 @@ class FastRunner:
             t += n
             cu.append(t)
             seq_lens.append(start + n)
-            if sample:
-                logits.append(t - 1)
+            if sample:                               # the last known token, and any drafts after it (lesson 11)
+                logits.extend(range(t - 1 - len(req.spec_ids), t))
         rows = self.buf.rows_for(out.scheduled)
         lay = Layout(t, len(seq_lens), len(logits), len(upd_index))
         self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
         self.buf.upload(lay)
         return lay, max(seq_lens)
+
+    def prepare_verify(self, out, q: int, pad_to: int):
+        """``prepare`` for a graph replay of a uniform verify step (q tokens each, every one samples),
+        padded to the graph's B sequences: padding rows are q tokens at positions 0..q-1, PAD slots."""
+        upd_index, upd_block = [], []
+        self.buf.update_rows(out, upd_index, upd_block)
+        ids, positions, slots, seq_lens = [], [], [], []
+        for req, _ in out.scheduled:
+            kv = req.kv
+            start = kv.cur_len
+            ids += req.tokens(start, q)
+            positions += range(start, start + q)
+            slots += kv.slot_indices[start:start + q]
+            seq_lens.append(start + q)
+        rows, k = self.buf.rows_for(out.scheduled), pad_to - len(out.scheduled)
+        ids, positions = ids + [0] * (q * k), positions + list(range(q)) * k
+        slots, seq_lens, rows = slots + [self.cache.pad_slot] * (q * k), seq_lens + [q] * k, rows + [self.buf.pad_row] * k
+        T = q * pad_to
+        lay = Layout(T, pad_to, T, len(upd_index))
+        self.buf.write(lay, ids, positions, slots, list(range(T)), list(range(0, T + 1, q)), seq_lens, rows,
+                       upd_index, upd_block)
+        self.buf.upload(lay)
+        return lay
 
     def _prepare_decodes(self, out, pad_to, upd_index, upd_block):
         """``prepare`` for a uniform decode step: one comprehension per field; K/V length = position + 1."""

@@ -59,7 +59,7 @@ class StepInputs:
     def __init__(self, max_tokens: int, max_seqs: int, table_rows: int, table_width: int, pad_block: int,
                  device):
         self.device, self.width, self.pad_block = torch.device(device), table_width, pad_block
-        n = Layout(max_tokens, max_seqs, max_seqs, max_seqs * table_width).nbytes
+        n = Layout(max_tokens, max_seqs, max_tokens, max_seqs * table_width).nbytes   # a logits row per token at most
         self.host = torch.empty(n, dtype=torch.uint8, pin_memory=self.device.type == "cuda")
         self.host_np = self.host.numpy()
         self.dev = torch.empty(n, dtype=torch.uint8, device=self.device)
@@ -140,11 +140,13 @@ class StepInputs:
         put(lay.upd_index, np.int64, upd_index)
         put(lay.upd_block, np.int32, upd_block)
 
-    def pad_only(self, B: int, pad_slot: int) -> Layout:
-        """A step of B padding rows (position 0, K/V length 1, the PAD row): a graph capture's inputs."""
-        lay = Layout(B, B, B, 0)
-        self.write(lay, [0] * B, [0] * B, [pad_slot] * B, list(range(B)), list(range(B + 1)), [1] * B,
-                   [self.pad_row] * B, [], [])
+    def pad_only(self, B: int, pad_slot: int, q: int = 1) -> Layout:
+        """A step of B padding sequences of q tokens each (positions 0..q-1, PAD slots, the PAD row),
+        every token sampling: a graph capture's inputs (q = 1: decode; q > 1: lesson 11's verify)."""
+        T = B * q
+        lay = Layout(T, B, T, 0)
+        self.write(lay, [0] * T, list(range(q)) * B, [pad_slot] * T, list(range(T)), list(range(0, T + 1, q)),
+                   [q] * B, [self.pad_row] * B, [], [])
         self.upload(lay)
         return lay
 

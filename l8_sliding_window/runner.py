@@ -50,10 +50,27 @@ class GroupedRunner(FastRunner):
     def prepare(self, out, pad_to: int | None = None):
         if self.num_groups == 1:
             return super().prepare(out, pad_to)
+        self._release_groups(out)
+        lay, max_kv = super().prepare(out, pad_to)   # stage 7's inputs; gives group handles their rows
+        self._fill_groups(out, lay)
+        return lay, max_kv
+
+    def prepare_verify(self, out, q: int, pad_to: int):
+        """Stage 7's verify-step inputs (lesson 11's graphs), plus the other groups' slots and rows."""
+        if self.num_groups == 1:
+            return super().prepare_verify(out, q, pad_to)
+        self._release_groups(out)
+        lay = super().prepare_verify(out, q, pad_to)
+        self._fill_groups(out, lay)
+        return lay
+
+    def _release_groups(self, out) -> None:
         for rid in list(out.finished_ids) + [req.request_id for req in out.preempted]:
             for g in range(1, self.num_groups):
                 self.buf.release((rid, g))
-        lay, max_kv = super().prepare(out, pad_to)   # stage 7's inputs; gives group handles their rows
+
+    def _fill_groups(self, out, lay) -> None:
+        """Groups 1..G-1: each scheduled token's slot and each sequence's row; padding past them."""
         if self.group_copied is not None:
             self.group_copied.synchronize()          # the last step's copy has left the host buffers
         rows = self.buf.rows
@@ -72,7 +89,6 @@ class GroupedRunner(FastRunner):
         self.dev_rows[:, :lay.S].copy_(self.host_rows[:, :lay.S], non_blocking=True)
         if self.group_copied is not None:
             self.group_copied.record()
-        return lay, max_kv
 
     def meta(self, lay, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
         input_ids, meta = super().meta(lay, max_seqlen_q, max_seqlen_kv, num_splits)

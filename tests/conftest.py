@@ -78,11 +78,12 @@ def tiny():
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """The scheduler fuzzes' figures (stage 5 and stage 6): workloads run and invariants checked."""
+    """The fuzzes' figures (stages 5, 6 and 11): workloads run and invariants checked."""
     n = getattr(config, "_gpu_deselected", 0)
     if n:
         terminalreporter.write_line(f"{n} GPU tests deselected: no CUDA device")
-    for module, title in (("l5_fake", "l5 scheduler fuzz"), ("l6_fake", "l6 prefix-cache fuzz")):
+    for module, title in (("l5_fake", "l5 scheduler fuzz"), ("l6_fake", "l6 prefix-cache fuzz"),
+                          ("l11_fake", "l11 speculative decoding fuzz")):
         fake = sys.modules.get(module)
         if fake is None or not fake.EXAMPLES["workloads"]:
             continue

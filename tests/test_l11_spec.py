@@ -1,0 +1,176 @@
+"""Stage 11 end to end: greedy output with speculation equals stage 9's without it (stage 9 = HF:
+the chain), for k = 1..5, batched, chunked, preempted and prefix-hit; the draft model's blocks are
+freed; bad configs are refused. The torch reference path by default (the interpreter is slow);
+the Triton path and the other checkpoints in the deep tier."""
+import pytest
+
+from l9_fp8_kv import LLM as Stage9
+from l11_spec_decode import LLM, SamplingParams
+from plumbing.errors import UserError
+
+P = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
+# repeats (so n-grams find matches), shared prefixes (prefix hits), lengths past the budget (chunks)
+PROMPTS = [P * 2, P * 2 + [7, 8], P[:9], P[3:] + P[3:12], [5, 6, 7, 8] * 9, P[:20] + P[:20] + P[:5]]
+FAST = dict(impl="torch", fused_ops=False)
+
+
+def run(llm, prompts=PROMPTS, n=16, **params):
+    params = dict(max_tokens=n, temperature=0, ignore_eos=True) | params
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(**params), use_tqdm=False)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+def small(family, **kw):
+    """A budget that chunks the prompts and a pool that runs dry (preemption) with 6 requests."""
+    return dict(dtype="float32", max_num_batched_tokens=32, num_gpu_blocks_override=12, **kw)
+
+
+def check_stats(llm, accepted=True):
+    eng = llm.llm_engine
+    spec, stats = eng.speculator, eng.stats
+    assert spec.verify_steps > 0 and spec.drafted > 0, "no draft was verified: the test would test nothing"
+    assert not accepted or 0 < spec.accepted, "no draft was accepted"
+    assert any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
+    assert any(n < full for s in stats for _, _, n, full in s.chunks), "no prompt was chunked"
+    kv = eng.scheduler.kv
+    assert kv.stats.hits > 0 and kv.num_free == kv.num_blocks
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return {f: run(Stage9(f"tiny-{f}", **small(f), **FAST)) for f in ("qwen3",)}
+
+
+@pytest.mark.parametrize("k,method", [(1, "replay"), (2, "ngram"), (3, "replay"), (4, "ngram"), (5, "replay")])
+def test_l11_greedy_equals_stage9_batched_chunked_preempted_and_shared(reference, k, method):
+    """Replay guesses the right token 60% of the time (accepts and refusals in every run); n-gram
+    lookup is what a user runs."""
+    ref = reference["qwen3"]
+    cfg = dict(method=method, num_speculative_tokens=k)
+    if method == "ngram":
+        cfg |= dict(prompt_lookup_min=1, prompt_lookup_max=3)
+    else:
+        cfg |= dict(acceptance_rate=0.6, reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
+    llm = LLM("tiny-qwen3", **small("qwen3"), **FAST, speculative_config=cfg)
+    assert run(llm) == ref
+    check_stats(llm)
+
+
+def test_l11_a_draft_model_equal_to_the_target_is_always_accepted_and_its_blocks_are_freed(reference):
+    llm = LLM("tiny-qwen3", **small("qwen3"), **FAST,
+              speculative_config=dict(method="draft_model", model="tiny-qwen3", num_speculative_tokens=3))
+    assert run(llm) == reference["qwen3"]
+    spec = llm.llm_engine.speculator
+    assert spec.accepted == spec.drafted > 0           # the same model guesses its own greedy tokens
+    d = spec.drafter
+    assert d.seqs == {} and d.kv.num_free == d.kv.num_blocks
+
+
+def test_l11_a_different_draft_model_changes_nothing_but_the_acceptance(reference):
+    llm = LLM("tiny-qwen3", **small("qwen3"), **FAST,
+              speculative_config=dict(method="draft_model", model="tiny-llama", num_speculative_tokens=2))
+    assert run(llm) == reference["qwen3"]
+    spec = llm.llm_engine.speculator
+    assert spec.drafted > 0 and spec.accepted < spec.drafted
+
+
+def test_l11_stops_inside_accepted_drafts_and_max_tokens_are_exact(reference):
+    """A stop token or the length limit in the middle of a step's accepted guesses ends the request
+    there: the tokens after it are dropped."""
+    ref = reference["qwen3"]
+    cfg = dict(method="replay", num_speculative_tokens=5, acceptance_rate=1.0,
+               reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
+    llm = LLM("tiny-qwen3", **small("qwen3"), **FAST, speculative_config=cfg)
+    stop = ref[0][6]
+    outs = llm.generate([{"prompt_token_ids": PROMPTS[0]}, {"prompt_token_ids": PROMPTS[1]}],
+                        [SamplingParams(temperature=0, max_tokens=16, stop_token_ids=[stop]),
+                         SamplingParams(temperature=0, max_tokens=7, ignore_eos=True)], use_tqdm=False)
+    assert outs[0].outputs[0].token_ids == ref[0][:ref[0].index(stop) + 1]
+    assert outs[0].outputs[0].finish_reason == "stop"
+    assert outs[1].outputs[0].token_ids == ref[1][:7] and outs[1].outputs[0].finish_reason == "length"
+
+
+def test_l11_seeded_sampling_repeats_and_logprobs_follow_the_emitted_tokens():
+    cfg = dict(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=3)
+    kw = dict(temperature=0.8, top_p=0.9, seed=7, presence_penalty=0.5, logprobs=2)
+    a, b = (LLM("tiny-qwen3", dtype="float32", **FAST, speculative_config=cfg) for _ in range(2))
+    prompts = [{"prompt_token_ids": p} for p in PROMPTS[:3]]
+    oa = a.generate(prompts, SamplingParams(max_tokens=12, **kw), use_tqdm=False)
+    ob = b.generate(prompts, SamplingParams(max_tokens=12, **kw), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in oa] == [o.outputs[0].token_ids for o in ob]
+    assert a.llm_engine.speculator.verify_steps > 0
+    for o in oa:
+        c = o.outputs[0]
+        assert len(c.logprobs) == len(c.token_ids)
+        assert [next(iter(d)) for d in c.logprobs] == c.token_ids      # the emitted token comes first
+        assert c.cumulative_logprob == pytest.approx(sum(d[t].logprob for d, t in zip(c.logprobs, c.token_ids)))
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({"method": "eagle", "num_speculative_tokens": 2}, "not implemented"),
+    ({"method": "ngram"}, "num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 2, "draft_tensor_parallel_size": 1}, "not supported"),
+    ({"method": "draft_model", "num_speculative_tokens": 2}, "needs 'model'"),
+    ({"method": "draft_model", "model": "tiny-qwen3", "num_speculative_tokens": 2, "prompt_lookup_max": 3},
+     "only applies to method 'ngram'"),
+    ("ngram", "must be a dict"),
+])
+def test_l11_refuses_configs_it_does_not_implement_naming_the_problem(cfg, match):
+    with pytest.raises(UserError, match=match):
+        LLM(None, **FAST, speculative_config=cfg)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_l11_deep_triton_path_greedy_equals_stage9_on_every_tiny_checkpoint(family, k):
+    ref = run(Stage9(f"tiny-{family}", **small(family)))
+    cfg = dict(method="replay", num_speculative_tokens=k, acceptance_rate=0.6,
+               reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
+    llm = LLM(f"tiny-{family}", **small(family), speculative_config=cfg)
+    assert run(llm) == ref
+    check_stats(llm)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "qwen2-hybrid"])
+def test_l11_verify_graph_inputs_give_the_eager_steps_logits(reference, family):
+    """What a CUDA-graph replay of a verify step reads (``prepare_verify``: q tokens per sequence,
+    padded to the bucket with PAD sequences, max_seqlen_kv = max_model_len) gives the eager step's
+    logits. On the CPU, where no graph exists, the padded inputs run eagerly; the GPU tests replay."""
+    from l7_fast.runner import uniform_verify
+    ref = run(Stage9(f"tiny-{family}", **small(family), **FAST), n=10)
+    cfg = dict(method="replay", num_speculative_tokens=2, acceptance_rate=0.5,
+               reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
+    llm = LLM(f"tiny-{family}", **small(family), **FAST, speculative_config=cfg)
+    r = llm.llm_engine.runner
+    real, seen = r.execute, []
+
+    def spy(out):
+        res = real(out)
+        q = uniform_verify(out)
+        if q is not None:
+            n, B = len(out.scheduled), r.bucket(len(out.scheduled) + 1)
+            lay = r.prepare_verify(out, q, B)
+            logits, _ = r.forward(lay, q, r.config.max_model_len, 1)
+            seen.append(float((logits[:n * q] - res.logits).abs().max()))
+        return res
+    r.execute = spy
+    assert run(llm, n=10) == ref
+    assert len(seen) >= 3 and max(seen) < 1e-4, seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("family", ["qwen3", "qwen2-hybrid"])
+def test_l11_gpu_verify_steps_replay_graphs_and_greedy_equals_stage9(family):
+    """The Triton path with CUDA graphs: uniform verify steps replay their (B, k + 1) graph, and the
+    tokens equal stage 9's (float32, so no bf16 near-tie can flip them)."""
+    ref = run(Stage9(f"tiny-{family}", **small(family)))
+    cfg = dict(method="replay", num_speculative_tokens=3, acceptance_rate=0.6,
+               reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
+    llm = LLM(f"tiny-{family}", **small(family), speculative_config=cfg)
+    assert run(llm) == ref
+    modes = llm.llm_engine.runner.mode_log
+    assert any(m.startswith("graph") and m.endswith("x4") for m in modes), sorted(set(modes))
+    check_stats(llm)
