@@ -32,13 +32,13 @@ import torch
 from plumbing.exercise import learner_can_replace
 
 
-@learner_can_replace  # lesson 11's build-it exercise: exercises/l11_spec_decode.py
 def acceptance_ratio(p_x: torch.Tensor, q_x: torch.Tensor | None) -> torch.Tensor:
     """The probability of keeping each draft token x: min(1, p(x) / q(x)) (u < ratio keeps it, so
     values above 1 need no clamp). ``q_x`` None: a deterministic draft, q(x) = 1."""
     return p_x if q_x is None else p_x / q_x.clamp_min(1e-30)
 
 
+@learner_can_replace  # lesson 11's build-it exercise: exercises/l11_spec_decode.py
 def rejection_sample(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor | None, u: torch.Tensor,
                      e: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[list[int], list[list[int]]]:
     """Returns (accepted count per row, candidate token per row and position): row r emits

@@ -8,12 +8,14 @@ import os
 def tables(res: dict) -> list[str]:
     lines = [f"device {res['device']}, {res['dtype']}, torch {res['torch']}; prompt {res['prompt_len']} tokens, "
              f"{res['new_tokens']} new, greedy; copy bandwidth {res['copy_gbps'] or 0:.0f} GB/s", "",
-             "| k | alpha | baseline ms/token | spec ms/token | speed-up | formula | off by | tokens/step (E) | tokens = baseline |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| k | alpha | baseline ms/token | spec ms/token | speed-up | formula | off by | tokens/step (E) "
+             "| tokens = alpha-0 run | = baseline |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in res["alpha"]:
         lines.append(f"| {r['k']} | {r['alpha']:.1f} | {r['base_ms']:.3f} | {r['spec_ms']:.3f} | {r['speedup']:.2f}x | "
                      f"{r['formula']:.2f}x | {100 * r['within']:.0f}% | {r['tokens_per_step']:.2f} "
-                     f"({r['expected_tokens']:.2f}) | {'yes' if r['same_tokens'] else 'NO'} |")
+                     f"({r['expected_tokens']:.2f}) | {'yes' if r['same_tokens'] else 'NO'} | "
+                     f"{'yes' if r['same_as_baseline'] else 'no'} |")
     if res["batch"]:
         lines += ["", "| batch | baseline ms/token | speed-up, speculation forced (k 4, alpha 0.8) | with the pay-off rule |",
                   "|---:|---:|---:|---:|"]
