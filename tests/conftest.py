@@ -105,12 +105,14 @@ def chain_run():
     import io
     cache = {}
 
-    def get(family="qwen3", dtype="float32", fp8_line=True):
-        if (family, dtype, fp8_line) not in cache:
+    def get(family="qwen3", dtype="float32", fp8_line=True, stages=None):
+        key = (family, dtype, fp8_line, stages)
+        if key not in cache:
             from check_chain import main
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                rc = main(["--model", f"tiny-{family}", "--dtype", dtype] + ([] if fp8_line else ["--no-fp8-line"]))
-            cache[family, dtype, fp8_line] = (rc, out.getvalue())
-        return cache[family, dtype, fp8_line]
+                rc = main(["--model", f"tiny-{family}", "--dtype", dtype] + ([] if fp8_line else ["--no-fp8-line"])
+                          + ([] if stages is None else ["--stages", stages]))
+            cache[key] = (rc, out.getvalue())
+        return cache[key]
     return get

@@ -35,6 +35,7 @@ from l5_scheduler.config import EngineConfig
 from l5_scheduler.engine import LLMEngine
 from l5_scheduler.runner import RunnerOutput
 from l5_scheduler.scheduler import Scheduler
+import l6_fake
 from l6_fake import prompt_of
 from l6_prefix_cache.kv_manager import KVCacheManager
 from l11_spec_decode.speculator import Speculator
@@ -45,12 +46,7 @@ EXAMPLES: Counter = Counter()
 
 
 @dataclass
-class Workload:
-    block_size: int
-    num_blocks: int
-    budget: int
-    max_num_seqs: int
-    requests: list[tuple[int, int, int, int, int]]   # (doc, shared len, own len, max_tokens, arrival step)
+class Workload(l6_fake.Workload):                     # stage 6's workload, and the guesses
     k: int = 3                                        # guesses per step
     rate: float = 0.6                                 # how often a guess is the true token
     seed: int = 0

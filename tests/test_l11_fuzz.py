@@ -51,8 +51,8 @@ class CountsRefusedGuesses(Scheduler):          # advance keeps every scheduled 
 
 
 class KeepsTheRefusedGuess(Speculator):         # at a mismatch, emits the guess instead of the target's token
-    def verify(self, logits, reqs, sampler):
-        new, lps, where = super().verify(logits, reqs, sampler)
+    def verify(self, logits, reqs, sampler, argmax=None):
+        new, lps, where = super().verify(logits, reqs, sampler, argmax)
         for toks, req in zip(new, reqs):
             a = len(toks) - 1
             if a < len(req.spec_ids):

@@ -71,7 +71,7 @@ def test_l11_deterministic_drafts_and_short_rows():
     assert cand[0][1] == 2 and cand[1][1] == 2          # the correction, and the bonus
 
 
-@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.deep), 3])
 def test_l11_speculator_sampling_rows_follow_the_processed_target(k):
     """Through the speculator (stage 4's processors on each position, then the rule), for a row with
     temperature, top-k and a penalty: the first emitted token's histogram matches the processed p."""

@@ -25,12 +25,12 @@ def small(family, **kw):
     return dict(dtype="float32", max_num_batched_tokens=32, num_gpu_blocks_override=12, **kw)
 
 
-def check_stats(llm, accepted=True):
+def check_stats(llm, accepted=True, preempted=True):
     eng = llm.llm_engine
     spec, stats = eng.speculator, eng.stats
     assert spec.verify_steps > 0 and spec.drafted > 0, "no draft was verified: the test would test nothing"
     assert not accepted or 0 < spec.accepted, "no draft was accepted"
-    assert any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
+    assert not preempted or any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
     assert any(n < full for s in stats for _, _, n, full in s.chunks), "no prompt was chunked"
     kv = eng.scheduler.kv
     assert kv.stats.hits > 0 and kv.num_free == kv.num_blocks
@@ -61,7 +61,8 @@ def test_l11_a_draft_model_equal_to_the_target_is_always_accepted_and_its_blocks
               speculative_config=dict(method="draft_model", model="tiny-qwen3", num_speculative_tokens=3))
     assert run(llm) == reference["qwen3"]
     spec = llm.llm_engine.speculator
-    assert spec.accepted == spec.drafted > 0           # the same model guesses its own greedy tokens
+    assert spec.drafted > spec.filled                  # the same model guesses its own greedy tokens: all kept
+    assert spec.accepted >= spec.drafted - spec.filled  # (fillers, when its small pool ran dry, may be refused)
     d = spec.drafter
     assert d.seqs == {} and d.kv.num_free == d.kv.num_blocks
 
@@ -122,15 +123,20 @@ def test_l11_refuses_configs_it_does_not_implement_naming_the_problem(cfg, match
 
 
 @pytest.mark.deep
-@pytest.mark.parametrize("family", ["qwen3", "llama", "qwen2"])
-@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
-def test_l11_deep_triton_path_greedy_equals_stage9_on_every_tiny_checkpoint(family, k):
-    ref = run(Stage9(f"tiny-{family}", **small(family)))
-    cfg = dict(method="replay", num_speculative_tokens=k, acceptance_rate=0.6,
-               reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
-    llm = LLM(f"tiny-{family}", **small(family), speculative_config=cfg)
-    assert run(llm) == ref
-    check_stats(llm)
+def test_l11_deep_triton_path_greedy_equals_stage9_on_the_hybrid():
+    """The Triton kernels through the interpreter, on the windowed hybrid (KV cache groups, windows
+    freeing blocks) with k 3. The default tier runs the torch path for k 1-5 on the three tiny
+    checkpoints (scripts/l11_identity.py); the lessons tier's chain runs tiny Qwen3's Triton path
+    with n-gram guesses; the GPU tests replay verify graphs. (The interpreter takes ~3 minutes for
+    six requests on tiny Qwen3, so the deep tier runs this one.)"""
+    prompts = PROMPTS[:4]
+    ref = run(Stage9("tiny-qwen2-hybrid", **small("qwen2-hybrid")), prompts, n=10)
+    cfg = dict(method="replay", num_speculative_tokens=3, acceptance_rate=0.6,
+               reference={tuple(p): r for p, r in zip(prompts, ref)})
+    llm = LLM("tiny-qwen2-hybrid", **small("qwen2-hybrid"), speculative_config=cfg)
+    assert run(llm, prompts, n=10) == ref
+    check_stats(llm, preempted=False)
+    assert llm.llm_engine.scheduler.kv.blocks_freed > 0          # the windows freed blocks meanwhile
 
 
 @pytest.mark.parametrize("family", ["qwen3", "qwen2-hybrid"])
@@ -174,3 +180,25 @@ def test_l11_gpu_verify_steps_replay_graphs_and_greedy_equals_stage9(family):
     modes = llm.llm_engine.runner.mode_log
     assert any(m.startswith("graph") and m.endswith("x4") for m in modes), sorted(set(modes))
     check_stats(llm)
+
+
+def test_l11_identity_check_passes_and_fails_on_a_planted_verifier(monkeypatch, capsys):
+    """scripts/l11_identity.py (the lesson's acceptance command: greedy = stage 9 on the three tiny
+    checkpoints, k 1-5, alone and mixed) as built, and with a speculator that emits the refused
+    guess instead of the target's token: it must say FAIL and exit 1."""
+    from l11_identity import main
+    from l11_spec_decode.speculator import Speculator
+    assert main([]) == 0                                    # three checkpoints x k 1-5 x alone and mixed
+    assert "identity: OK, 30 runs (k 1-5 x 2 workloads x 3 checkpoints) emit stage 9's tokens exactly" in capsys.readouterr().out
+    argv = ["--families", "qwen3", "--max-k", "2", "--new-tokens", "10"]
+    real = Speculator.verify
+
+    def planted(self, logits, reqs, sampler, argmax=None):
+        new, lps, where = real(self, logits, reqs, sampler, argmax)
+        for toks, req in zip(new, reqs):
+            if len(toks) - 1 < len(req.spec_ids):
+                toks[-1] = req.spec_ids[len(toks) - 1]
+        return new, lps, where
+    monkeypatch.setattr(Speculator, "verify", planted)
+    assert main(argv) == 1
+    assert "identity: FAIL" in capsys.readouterr().out
