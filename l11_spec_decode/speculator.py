@@ -62,7 +62,10 @@ class Speculator:
         if not dec:
             return
         if len(dec) > self.disable_by_batch_size:
-            self.off_steps += 1                                  # a big batch: guesses would not pay
+            self.off_steps += 1                                  # a big batch: guesses would not pay,
+            for req in dec:                                      # and a leftover one (its request was not
+                if req.spec_ids:                                 # scheduled) would make the step eager
+                    req.spec_ids.clear()
             return
         ks = [self._room(req) for req in dec]
         for req, k, d in zip(dec, ks, self.drafter.propose(dec, ks)):

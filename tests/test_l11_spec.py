@@ -202,3 +202,23 @@ def test_l11_identity_check_passes_and_fails_on_a_planted_verifier(monkeypatch, 
     monkeypatch.setattr(Speculator, "verify", planted)
     assert main(argv) == 1
     assert "identity: FAIL" in capsys.readouterr().out
+
+
+def test_l11_pay_off_rule_proposes_nothing_for_a_big_batch_and_drops_leftover_guesses():
+    """Above disable_by_batch_size decoders the speculator proposes nothing, and a guess left on a
+    request that was not scheduled is dropped (else the step would mix shapes and run eagerly)."""
+    from types import SimpleNamespace
+    from l11_spec_decode.drafters import NgramDrafter
+    from l11_spec_decode.speculator import Speculator
+
+    def req(i, guesses):
+        return SimpleNamespace(request_id=f"r{i}", kv=SimpleNamespace(cur_len=9), num_tokens=10, spec_ids=list(guesses),
+                               prompt_ids=[1, 2, 3, 1, 2, 3, 1, 2], output_ids=[3, 1],
+                               params=SamplingParams(max_tokens=50))
+    spec = Speculator(NgramDrafter(1, 2), 3, 1024, disable_by_batch_size=2)
+    two = [req(0, []), req(1, [])]
+    spec.propose(two)
+    assert [r.spec_ids for r in two] == [[2, 3, 1]] * 2 and spec.off_steps == 0   # n-gram "1" -> what followed
+    three = [req(0, [7]), req(1, []), req(2, [7, 7])]
+    spec.propose(three)
+    assert [r.spec_ids for r in three] == [[], [], []] and spec.off_steps == 1
