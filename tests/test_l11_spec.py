@@ -222,3 +222,16 @@ def test_l11_pay_off_rule_proposes_nothing_for_a_big_batch_and_drops_leftover_gu
     three = [req(0, [7]), req(1, []), req(2, [7, 7])]
     spec.propose(three)
     assert [r.spec_ids for r in three] == [[], [], []] and spec.off_steps == 1
+
+
+def test_l11_host_cost_script_runs_and_its_token_check_can_fail(monkeypatch, capsys):
+    """scripts/l11_host_cost.py (benchmarks.md's CPU figure) checks the engine emitted the given
+    continuation: a verifier that keeps the first guess and appends token 0 unchecked must fail it."""
+    from l11_host_cost import main
+    from l11_spec_decode import speculator
+    assert main(["--tokens", "40"]) == 0
+    assert "alpha 1: " in capsys.readouterr().out
+    monkeypatch.setattr(speculator.Speculator, "verify", lambda self, logits, reqs, sampler, argmax=None: (
+        [req.spec_ids[:1] + [0] for req in reqs], None, [[0, 0] for _ in reqs]))
+    with pytest.raises(SystemExit, match="other tokens"):
+        main(["--tokens", "40"])
