@@ -61,7 +61,9 @@ class DraftModelDrafter:
 
     def _sync(self, req, k: int) -> DraftSeq | None:
         """The request's draft state, rolled back to what still matches and with room for k guesses."""
-        seq = self.seqs.get(req.request_id) or self.seqs.setdefault(req.request_id, DraftSeq(req.request_id))
+        seq = self.seqs.get(req.request_id)
+        if seq is None:
+            seq = self.seqs[req.request_id] = DraftSeq(req.request_id)
         toks = req.prompt_ids + req.output_ids
         n = min(len(seq.ids), len(toks))
         a, b = np.asarray(seq.ids[:n]), np.asarray(toks[:n])

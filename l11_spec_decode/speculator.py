@@ -37,6 +37,8 @@ speculator proposes nothing for a step with more than ``disable_by_batch_size`` 
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from l4_sampler.sampler import (RowState, _logprobs, apply_min_p, apply_min_tokens, apply_penalties,
@@ -92,7 +94,7 @@ class Speculator:
                                                 req.row.eos_token_ids)
                 for req in reqs for j in range(len(req.spec_ids) + 1)]
         so = sampler(logits, rows, argmax)                       # stage 4 at every position
-        ids, starts = so.token_ids_list, [sum(counts[:i]) for i in range(len(reqs))]
+        ids, starts = so.token_ids_list, [0, *itertools.accumulate(counts)][:-1]
         sampled = [i for i, req in enumerate(reqs) if req.spec_ids and not req.params.greedy]
         rejected = self._reject(logits, rows, reqs, sampled, starts) if sampled else {}
         new, where = [], []

@@ -96,7 +96,7 @@ class GraphRunner:
         if key is None:
             return self.runner.execute(out)
         (B, q), r, n = key, self.runner, len(out.scheduled)
-        lay = r.prepare(out, pad_to=B)[0] if q == 1 else r.prepare_verify(out, q, B)
+        lay, _ = r.prepare(out, pad_to=B)
         if r.check:
             r.check_step(out, lay, q)
         graph, logits, meta, argmax = self.graphs[B, q]

@@ -92,7 +92,8 @@ class FastRunner:
 
     # ---- host side: one pass over the scheduled requests ----------------------------------------
     def prepare(self, out, pad_to: int | None = None):
-        """Fill the pinned buffer for this step and copy it. Returns (layout, max K/V length)."""
+        """Fill the pinned buffer for this step and copy it. Returns (layout, max K/V length).
+        ``pad_to``: a graph replay's batch (a uniform step: decode, or lesson 11's verify)."""
         upd_index, upd_block = [], []
         self.buf.update_rows(out, upd_index, upd_block)
         if is_uniform_decode(out):
@@ -111,33 +112,16 @@ class FastRunner:
             if sample:                               # the last known token, and any drafts after it (lesson 11)
                 logits.extend(range(t - 1 - len(req.spec_ids), t))
         rows = self.buf.rows_for(out.scheduled)
+        if pad_to is not None and pad_to > len(seq_lens):   # a graph replay of a uniform verify step (graphs.py):
+            q, k = t // len(seq_lens), pad_to - len(seq_lens)   # padding sequences of q tokens at 0..q-1, PAD slots
+            ids, positions = ids + [0] * (q * k), positions + list(range(q)) * k
+            slots, logits = slots + [self.cache.pad_slot] * (q * k), logits + list(range(t, t + q * k))
+            cu, seq_lens = cu + list(range(t + q, t + q * k + 1, q)), seq_lens + [q] * k
+            rows, t = rows + [self.buf.pad_row] * k, t + q * k
         lay = Layout(t, len(seq_lens), len(logits), len(upd_index))
         self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
         self.buf.upload(lay)
         return lay, max(seq_lens)
-
-    def prepare_verify(self, out, q: int, pad_to: int):
-        """``prepare`` for a graph replay of a uniform verify step (q tokens each, every one samples),
-        padded to the graph's B sequences: padding rows are q tokens at positions 0..q-1, PAD slots."""
-        upd_index, upd_block = [], []
-        self.buf.update_rows(out, upd_index, upd_block)
-        ids, positions, slots, seq_lens = [], [], [], []
-        for req, _ in out.scheduled:
-            kv = req.kv
-            start = kv.cur_len
-            ids += req.tokens(start, q)
-            positions += range(start, start + q)
-            slots += kv.slot_indices[start:start + q]
-            seq_lens.append(start + q)
-        rows, k = self.buf.rows_for(out.scheduled), pad_to - len(out.scheduled)
-        ids, positions = ids + [0] * (q * k), positions + list(range(q)) * k
-        slots, seq_lens, rows = slots + [self.cache.pad_slot] * (q * k), seq_lens + [q] * k, rows + [self.buf.pad_row] * k
-        T = q * pad_to
-        lay = Layout(T, pad_to, T, len(upd_index))
-        self.buf.write(lay, ids, positions, slots, list(range(T)), list(range(0, T + 1, q)), seq_lens, rows,
-                       upd_index, upd_block)
-        self.buf.upload(lay)
-        return lay
 
     def _prepare_decodes(self, out, pad_to, upd_index, upd_block):
         """``prepare`` for a uniform decode step: one comprehension per field; K/V length = position + 1."""

@@ -55,15 +55,6 @@ class GroupedRunner(FastRunner):
         self._fill_groups(out, lay)
         return lay, max_kv
 
-    def prepare_verify(self, out, q: int, pad_to: int):
-        """Stage 7's verify-step inputs (lesson 11's graphs), plus the other groups' slots and rows."""
-        if self.num_groups == 1:
-            return super().prepare_verify(out, q, pad_to)
-        self._release_groups(out)
-        lay = super().prepare_verify(out, q, pad_to)
-        self._fill_groups(out, lay)
-        return lay
-
     def _release_groups(self, out) -> None:
         for rid in list(out.finished_ids) + [req.request_id for req in out.preempted]:
             for g in range(1, self.num_groups):

@@ -141,7 +141,7 @@ def test_l11_deep_triton_path_greedy_equals_stage9_on_the_hybrid():
 
 @pytest.mark.parametrize("family", ["qwen3", "qwen2-hybrid"])
 def test_l11_verify_graph_inputs_give_the_eager_steps_logits(reference, family):
-    """What a CUDA-graph replay of a verify step reads (``prepare_verify``: q tokens per sequence,
+    """What a CUDA-graph replay of a verify step reads (``prepare(out, pad_to=B)``: q tokens per sequence,
     padded to the bucket with PAD sequences, max_seqlen_kv = max_model_len) gives the eager step's
     logits. On the CPU, where no graph exists, the padded inputs run eagerly; the GPU tests replay."""
     from l7_fast.runner import uniform_verify
@@ -157,7 +157,7 @@ def test_l11_verify_graph_inputs_give_the_eager_steps_logits(reference, family):
         q = uniform_verify(out)
         if q is not None:
             n, B = len(out.scheduled), r.bucket(len(out.scheduled) + 1)
-            lay = r.prepare_verify(out, q, B)
+            lay, _ = r.prepare(out, pad_to=B)
             logits, _ = r.forward(lay, q, r.config.max_model_len, 1)
             seen.append(float((logits[:n * q] - res.logits).abs().max()))
         return res
