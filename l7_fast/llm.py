@@ -6,6 +6,7 @@ manager), given a fast runner.
     llm = LLM(None, enforce_eager=True)               # no CUDA graphs (vLLM's name)
     llm = LLM(None, fused_ops=False, split_kv=False)  # the torch ops, stage 3's attention kernel
     llm = LLM(None, gemv=False)                       # cuBLAS for every matmul, small steps too
+    llm = LLM(None, norm_prologue=False)              # small steps: each add + RMSNorm its own kernel
     llm.llm_engine.runner.graph_bytes                 # memory the captured graphs hold
 
 The parts stage 7 adds, each its own file and each switchable:
@@ -34,21 +35,23 @@ from .runner import FastRunner
 from .warmup import warm_up
 
 
-def make_ops(model, *, fused_ops: bool = True, gemv: bool = True):
+def make_ops(model, *, fused_ops: bool = True, gemv: bool = True, norm_prologue: bool = True):
     """The ops part: stage 7's fused kernels, or the skeleton's torch ops."""
-    return FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()
+    if not fused_ops:
+        return TorchOps()
+    return FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0, norm_prologue=norm_prologue)
 
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
-                 fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, profiler=None, impl: str = "triton",
-                 check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None, **kw):
+                 fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, norm_prologue: bool = True,
+                 profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
     an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
     it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
     batch): graphs for lesson 11's verify steps too (graphs.py)."""
     if runner is None:
-        runner = FastRunner(model, config, make_ops(model, fused_ops=fused_ops, gemv=gemv), impl=impl, check=check,
-                            split_kv=split_kv)
+        ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue)
+        runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)
         print(runner.warmup_report.line(), file=sys.stderr)

@@ -12,8 +12,13 @@ attention kernel (RMSNorm alone is ~7: cast, pow, mean, add, rsqrt, mul, cast, m
     o_proj(o), down_proj(a)                     the same matmuls               1 matmul each
 
 A step of at most GEMV_MAX_M tokens (a small decode batch) takes every one of those matmuls
-through gemv.py instead of cuBLAS, and SwiGLU in the gate/up matmul's epilogue (silu_mul=True):
-    norm | qkv | rope+write | attention | o_proj | norm | gate_up+SiLU | down     per layer
+through gemv.py instead of cuBLAS, SwiGLU in the gate/up matmul's epilogue (silu_mul=True) and
+each add + RMSNorm in the prologue of the matmul that reads its output:
+    add+norm+qkv | rope+write | attention | o_proj | add+norm+gate_up+SiLU | down     per layer
+There ``add_rms_norm`` computes nothing: it returns a ``PendingNorm``, the recipe of its output
+(h, delta, the norm), and the next matmul applies it while it loads its input. The last norm,
+before the lm_head, runs as its own kernel: the lm_head stays on cuBLAS, which streams it at the
+copy bandwidth (a recipe there would have no kernel to go into).
 
 Every kernel rounds where the torch op does (normalise in float32, cast, then scale), so in
 float32 the two paths agree to float noise and in bfloat16 to a rare last-bit difference.
@@ -27,12 +32,14 @@ bit: that is the one source of bf16 difference that is not a kernel's (lessons/l
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from l1_dense.model import TorchOps
 
-from .fused_act import silu_mul
+from . import fused_act
 from .fused_norm import add_rms_norm, rms_norm
 from .fused_rope import qk_norm_rope_write
 from .gemv import GEMV_MAX_M, gemv, gemv_block_m
@@ -64,26 +71,56 @@ def merge_projections(model) -> None:
             mlp.gate_up_weight, _ = _merge([mlp.gate_proj, mlp.up_proj])
 
 
+@dataclass
+class PendingNorm:
+    """``norm(h + delta)``, not computed yet: the GEMV that reads it computes it in its prologue
+    and writes ``h + delta`` to ``h_out`` (the residual stream the layer goes on with)."""
+    h: torch.Tensor
+    delta: torch.Tensor | None
+    norm: torch.nn.Module
+    h_out: torch.Tensor
+
+    @property
+    def shape(self):                                 # what the layer reads of its input (T)
+        return self.h.shape
+
+    def gemv_args(self) -> dict:
+        fresh = self.delta is not None
+        return dict(norm_weight=self.norm.weight, eps=self.norm.eps, delta=self.delta,
+                    residual_out=self.h_out if fresh else None)
+
+
 class FusedOps(TorchOps):
     """``model.forward(ids, kv, meta, ops=FusedOps(model))``. ``kv`` must be a FastKVCache."""
 
-    def __init__(self, model, gemv_max_m: int = GEMV_MAX_M):
+    def __init__(self, model, gemv_max_m: int = GEMV_MAX_M, norm_prologue: bool = True):
         merge_projections(model)
         self.gemv_max_m = gemv_max_m                 # 0: cuBLAS for every step (bench_l7's earlier rows)
+        self.norm_prologue = norm_prologue           # False: the norm as its own kernel (bench_l7's row)
+        self.final_norm = model.model.norm           # its output feeds the lm_head (cuBLAS): never pending
 
     def gemv_tile(self, M: int) -> int | None:
         """The GEMV's BLOCK_M for a step of M tokens, or None: cuBLAS (warmup.py plans by it)."""
         return gemv_block_m(M) if M <= self.gemv_max_m else None
 
     def add_rms_norm(self, delta, h, norm):
+        if self.norm_prologue and norm is not self.final_norm and self.gemv_tile(h.shape[0]):
+            h_out = h if delta is None else torch.empty_like(h)   # every GEMV program reads h: a new buffer
+            return h_out, PendingNorm(h, delta, norm, h_out)      # the next matmul's prologue computes it
         if delta is None:
             return h, rms_norm(h, norm.weight, norm.eps)
         x, h = add_rms_norm(delta, h, norm.weight, norm.eps, residual_out=h)   # h updated in place
         return h, x
 
-    def matmul(self, x, weight, bias=None):
-        """``x @ weight.T + bias``: the Triton GEMV for a few rows, cuBLAS for more."""
-        return gemv(x, weight, bias) if self.gemv_tile(x.shape[0]) else F.linear(x, weight, bias)
+    def matmul(self, x, weight, bias=None, silu_mul: bool = False):
+        """``x @ weight.T + bias``: the Triton GEMV for a few rows, cuBLAS for more. x may be a
+        PendingNorm (only ever for a few rows): the GEMV computes it on the way in."""
+        if isinstance(x, PendingNorm):
+            return gemv(x.h, weight, bias, silu_mul=silu_mul, **x.gemv_args())
+        if self.gemv_tile(x.shape[0]):
+            return gemv(x, weight, bias, silu_mul=silu_mul)
+        y = F.linear(x, weight, bias)
+        return fused_act.silu_mul(y) if silu_mul else y
 
     def qkv(self, attn, x):
         return self.matmul(x, attn.qkv_weight, attn.qkv_bias).split(attn.qkv_sizes, dim=-1)   # 3 views
@@ -98,9 +135,7 @@ class FusedOps(TorchOps):
         return kv.attend_cached(attn.layer_idx, q, meta)
 
     def gate_up_act(self, mlp, x):
-        if self.gemv_tile(x.shape[0]):
-            return gemv(x, mlp.gate_up_weight, silu_mul=True)          # SwiGLU in the matmul's epilogue
-        return silu_mul(F.linear(x, mlp.gate_up_weight))
+        return self.matmul(x, mlp.gate_up_weight, silu_mul=True)       # a GEMV: SwiGLU in its epilogue
 
     def linear(self, lin, x):
         return self.matmul(x, lin.weight, lin.bias)
