@@ -5,6 +5,7 @@ M = 1, 3, 8, in float32, float16 (and bfloat16 on a GPU). Times (GPU): Qwen3-0.6
 of a layer at M = 1, 2, 4, 8, 16, 32, GEMV vs cuBLAS (+ silu_mul for gate/up) in CUDA-graph replay with L2
 flushed before each call, as a decode step's graph pays them. ``--gemv-sweep`` also tries every
 (BLOCK_N, BLOCK_K, num_warps) at M = 1 and 2 and prints the best: gemv_config's rule comes from it.
+Then the add + RMSNorm in the GEMV's prologue against the norm kernel + GEMV (qkv, gate_up; M = 1, 2).
 Last, the fixed cost of one kernel in a CUDA graph: an empty kernel of 1 and of 1,024 programs,
 launched 256 times in one graph (no L2 flush), the floor under every small kernel of a decode step.
 Writes ``<out>/gemv.json`` and ``gemv.png``.
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from l7_fast.fused_act import silu_mul
+from l7_fast.fused_norm import add_rms_norm
 from l7_fast.gemv import GEMV_MAX_M, gemv, gemv_config
 from scripts.bench_common import pyplot
 from scripts.kernel_bench import CHECKS, Bench, fraction_equal, graph_ms
@@ -87,6 +89,21 @@ def sweep(x, w, silu, nbytes, b: Bench) -> tuple:
     return best, times[best]
 
 
+def prologue_rows(b: Bench) -> None:
+    """The add + RMSNorm in the GEMV's prologue (FusedOps' small steps) against the two kernels it
+    replaces (fused_norm.add_rms_norm, then the GEMV): qkv and gate_up+SiLU, the two matmuls that
+    read a norm, at M = 1, 2. ("torch" in the table is the two-kernel path here.)"""
+    for name, N, K, silu in (SHAPES[0], SHAPES[2]):
+        for M in range(1, GEMV_MAX_M + 1):
+            x, w, _, _ = _case(M, N, K, silu, False, torch.bfloat16, "cuda")
+            delta, h_out, nw = torch.randn_like(x), torch.empty_like(x), torch.ones(K, dtype=x.dtype, device="cuda")
+            nbytes = w.numel() * 2 + 3 * M * K * 2 + M * N * 2
+            two = lambda: gemv(add_rms_norm(delta, x, nw, 1e-6, residual_out=h_out)[0], w, silu_mul=silu)  # noqa: E731
+            one = lambda: gemv(x, w, silu_mul=silu, norm_weight=nw, delta=delta, residual_out=h_out)  # noqa: E731
+            r = b.row(f"norm+gemv {name}", f"{M}x{K} -> {N}", nbytes, one, two)
+            r.update(name=f"prologue {name}", M=M, N=N, K=K)
+
+
 def timings(do_sweep: bool, out: str) -> list:
     b, dtype = Bench(), torch.bfloat16
     print(f"bf16, L2 flushed before each call, CUDA-graph replay. FusedOps takes the GEMV for M <= {GEMV_MAX_M}.")
@@ -99,6 +116,7 @@ def timings(do_sweep: bool, out: str) -> list:
             r.update(name=name, M=M, N=N, K=K)
             if do_sweep and M in (1, 2):
                 best[f"{name} M={M}"] = sweep(x, w, silu, nbytes, b)
+    prologue_rows(b)
     floor = {p: launch_floor_us(p) for p in (1, 1024)}
     print("an empty kernel in a CUDA graph, 256 back to back: "
           + ", ".join(f"{p} program(s) {us:.2f} µs per launch" for p, us in floor.items()))
@@ -112,7 +130,7 @@ def timings(do_sweep: bool, out: str) -> list:
     if plt:
         fig, axes = plt.subplots(1, len(SHAPES), figsize=(4 * len(SHAPES), 3.4), sharey=True)
         for ax, (name, N, K, _) in zip(axes, SHAPES):
-            rows = [r for r in b.rows if r["name"] == name]
+            rows = [r for r in b.rows if r["name"] == name]          # (not the prologue rows)
             ax.plot(MS, [r["pct_copy"] for r in rows], "o-", label="Triton GEMV")
             ax.plot(MS, [100 * r["bytes"] / r["torch_us"] / 1e3 / b.copy_gbps for r in rows], "s--", label="cuBLAS")
             ax.set_xscale("log", base=2)

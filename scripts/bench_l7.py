@@ -8,7 +8,9 @@ Rows (cumulative; every row has the engine loop's own cheap branches, lesson 7.6
     + inputs         l7 runner, eager: pinned inputs, one copy, incremental block table, no per-layer checks
     + fused ops      + fused add+RMSNorm, q/k-norm+RoPE+KV-write, SiLU*mul, merged qkv / gate_up matmuls
     + CUDA graphs    + decode steps replay one graph per batch bucket
-    + split-KV       + decode attention split over the keys (the full stage 7)
+    + split-KV       + decode attention split over the keys
+    + small-M GEMV   + steps of <= 2 tokens: Triton GEMVs instead of cuBLAS, SwiGLU in the epilogue
+    + norm in the GEMV  + those steps: each add + RMSNorm in the next GEMV's prologue (the full stage 7)
 Peer, in the same run: transformers' ``generate`` on the same checkpoint (single stream).
 
 Per row:
@@ -78,7 +80,8 @@ ROWS = [("stage 6", None),
         ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False)),
         ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
         ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False)),
-        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True))]
+        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=False)),
+        ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True))]
 HOST_ROWS = [("plain parts", PLAIN), ("stage 7", ROWS[-1][1])]     # at 256 running: without / with the cheap branches
 
 
