@@ -27,9 +27,12 @@ squares. Tolerances: fp32 1e-5, fp16 1e-3, bf16 1.5e-2.
                                 (padding rows of a CUDA-graph batch; the torch path has no such rows)
     q_out        [T, H_q, D]    the roped q (may be q itself)
 
-Grid: (T, H_q + H_kv). Program (t, h) owns one head of one token: h < H_q normalises and ropes
-q head h and writes it to q_out; h >= H_q does k head h - H_q, writes it into the cache and copies
-v's head beside it. Bytes: read T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
+Grid: (T, cdiv(H_q, BLOCK_H) + cdiv(H_kv, BLOCK_H)). A program owns BLOCK_H heads of one token,
+as a [BLOCK_H, D/2] tile per half: the first groups normalise and rope q heads and write them to
+q_out; the rest do k heads, write them into the cache and copy v's heads beside them. On a GPU
+BLOCK_H = 1 (one head per program, as measured below); under the interpreter, which pays for each
+program and each op rather than each element, one program takes all heads of a kind (3-4x fewer
+programs for the tiny models). Bytes: read T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
 On the H200 that grid is the weak point: 26% of copy bandwidth at 4096 tokens (98k one-warp
 programs), though 6x faster than the torch path; one program per token over a [heads, D/2] tile
 is the next step (docs/l7_kernels_h200.md).
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from plumbing.runtime import INTERPRET  # noqa: F401  (import before triton: picks GPU or interpreter)
+from plumbing.runtime import INTERPRET  # (import before triton: picks GPU or interpreter)
 from plumbing.errors import UserError
 from l1_dense.model import Attention, apply_rope
 
@@ -50,55 +53,63 @@ from l3_paged.validate import FLOAT_DTYPES
 
 
 @triton.jit
-def _mul_round(a, b):
-    """a * b in float32, rounded to a's dtype: one torch elementwise op in the model dtype."""
-    return (a.to(tl.float32) * b.to(tl.float32)).to(a.dtype)
-
-
-@triton.jit
 def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constexpr,
-               HAS_NORM: tl.constexpr):
-    """One head: load its halves [HALF_PAD] each, optional RMSNorm, then RoPE. Returns both halves."""
+               HAS_NORM: tl.constexpr, HEADS: tl.constexpr = False):
+    """Load a head's halves, optional RMSNorm, then RoPE. Returns both halves. One head: x_ptr its
+    base, d [HALF_PAD]. HEADS: a tile of heads, x_ptr [BLOCK_H, 1] their bases, d [1, HALF_PAD],
+    each row normalised on its own. Every product is rounded to the model dtype, as one torch
+    elementwise op rounds (written out, not a helper: the interpreter pays per nested call)."""
     x1 = tl.load(x_ptr + d, mask=ok, other=0.0)
     x2 = tl.load(x_ptr + HALF + d, mask=ok, other=0.0)
+    dt = x1.dtype
     if HAS_NORM:
         f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
-        rstd = tl.math.rsqrt((tl.sum(f1 * f1, 0) + tl.sum(f2 * f2, 0)) * inv_d + eps)
-        x1 = _mul_round((f1 * rstd).to(x1.dtype), tl.load(w_ptr + d, mask=ok, other=0.0))
-        x2 = _mul_round((f2 * rstd).to(x2.dtype), tl.load(w_ptr + HALF + d, mask=ok, other=0.0))
-    o1 = _mul_round(x1, c1).to(tl.float32) - _mul_round(x2, s1).to(tl.float32)
-    o2 = _mul_round(x2, c2).to(tl.float32) + _mul_round(x1, s2).to(tl.float32)
-    return o1.to(x1.dtype), o2.to(x1.dtype)
+        if HEADS:
+            rstd = tl.math.rsqrt((tl.sum(f1 * f1, 1) + tl.sum(f2 * f2, 1)) * inv_d + eps)[:, None]
+        else:
+            rstd = tl.math.rsqrt((tl.sum(f1 * f1, 0) + tl.sum(f2 * f2, 0)) * inv_d + eps)
+        w1 = tl.load(w_ptr + d, mask=d < HALF, other=0.0).to(tl.float32)
+        w2 = tl.load(w_ptr + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
+        x1 = ((f1 * rstd).to(dt).to(tl.float32) * w1).to(dt)              # normalise, round; * weight, round
+        x2 = ((f2 * rstd).to(dt).to(tl.float32) * w2).to(dt)
+    a1, a2 = x1.to(tl.float32), x2.to(tl.float32)
+    o1 = (a1 * c1.to(tl.float32)).to(dt).to(tl.float32) - (a2 * s1.to(tl.float32)).to(dt).to(tl.float32)
+    o2 = (a2 * c2.to(tl.float32)).to(dt).to(tl.float32) + (a1 * s2.to(tl.float32)).to(dt).to(tl.float32)
+    return o1.to(dt), o2.to(dt)
 
 
 @triton.jit
 def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
-                               qo_ptr, kc_ptr, vc_ptr, slot_ptr, inv_d, eps, H_q,
+                               qo_ptr, kc_ptr, vc_ptr, slot_ptr, inv_d, eps, H_q, H_kv,
                                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                                stride_ct, stride_st, stride_ot, stride_oh,
                                stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
                                BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                               HAS_NORM: tl.constexpr):
+                               HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    d = tl.arange(0, HALF_PAD)                                          # [HALF_PAD]
-    ok = d < HALF
-    c1 = tl.load(cos_ptr + t * stride_ct + d, mask=ok, other=0.0)
-    c2 = tl.load(cos_ptr + t * stride_ct + HALF + d, mask=ok, other=0.0)
-    s1 = tl.load(sin_ptr + t * stride_st + d, mask=ok, other=0.0)
-    s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=ok, other=0.0)
-    if h < H_q:                                                         # a q head
+    g = tl.program_id(1)                                                # a group of BLOCK_H heads
+    d = tl.arange(0, HALF_PAD)[None, :]                                 # [1, HALF_PAD]
+    j = tl.arange(0, BLOCK_H)[:, None]                                  # [BLOCK_H, 1]
+    c1 = tl.load(cos_ptr + t * stride_ct + d, mask=d < HALF, other=0.0)
+    c2 = tl.load(cos_ptr + t * stride_ct + HALF + d, mask=d < HALF, other=0.0)
+    s1 = tl.load(sin_ptr + t * stride_st + d, mask=d < HALF, other=0.0)
+    s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=d < HALF, other=0.0)
+    q_groups = tl.cdiv(H_q, BLOCK_H)
+    if g < q_groups:                                                    # q heads
+        h = g * BLOCK_H + j
+        ok = (h < H_q) & (d < HALF)
         o1, o2 = _norm_rope(q_ptr + t * stride_qt + h * stride_qh, qw_ptr, c1, c2, s1, s2, d, ok,
-                            inv_d, eps, HALF, HAS_NORM)
+                            inv_d, eps, HALF, HAS_NORM, True)
         dst = qo_ptr + t * stride_ot + h * stride_oh
         tl.store(dst + d, o1, mask=ok)
         tl.store(dst + HALF + d, o2, mask=ok)
-    else:                                                               # a kv head: k roped, v as is
-        kh = h - H_q
+    else:                                                               # kv heads: k roped, v as is
+        kh = (g - q_groups) * BLOCK_H + j
+        ok = (kh < H_kv) & (d < HALF)
         slot = tl.load(slot_ptr + t)
         if slot >= 0:
             o1, o2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
-                                inv_d, eps, HALF, HAS_NORM)
+                                inv_d, eps, HALF, HAS_NORM, True)
             blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE            # flat slot -> (block, offset)
             kc = kc_ptr + blk * stride_kcb + off * stride_kcs + kh * stride_kch
             tl.store(kc + d, o1, mask=ok)
@@ -109,6 +120,12 @@ def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw
             tl.store(vc + HALF + d, tl.load(v_src + HALF + d, mask=ok), mask=ok)
 
 
+def _heads_per_program(H_q: int, H_kv: int) -> int:
+    """BLOCK_H. On a GPU one head per program (the measured layout). The interpreter pays per
+    program and per op, not per element: there one program takes every head of its kind."""
+    return triton.next_power_of_2(max(H_q, H_kv)) if INTERPRET else 1
+
+
 def _need(ok, message):
     """``message`` is a lambda: the f-strings are built only on failure (this runs every layer)."""
     if not ok:
@@ -116,9 +133,10 @@ def _need(ok, message):
 
 
 def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_norm_weight=None,
-                       k_norm_weight=None, eps=1e-6, q_out=None):
+                       k_norm_weight=None, eps=1e-6, q_out=None, heads_per_program: int | None = None):
     """Norm (if weights are given) and rope q and k, write k and v into the paged cache at
-    ``slot_mapping``. Returns the roped q ``[T, H_q, D]`` (``q_out``, which may be ``q``)."""
+    ``slot_mapping``. Returns the roped q ``[T, H_q, D]`` (``q_out``, which may be ``q``).
+    ``heads_per_program``: BLOCK_H instead of heads_per_program()'s (tests run the GPU's 1 on a CPU)."""
     _need(q.dim() == 3 and k.dim() == 3 and v.shape == k.shape,
           lambda: f"q must be [T, H_q, D], k and v [T, H_kv, D]; got {tuple(q.shape)}, {tuple(k.shape)}, "
                   f"{tuple(v.shape)}")
@@ -150,14 +168,16 @@ def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_n
     if T == 0:
         return q_out
     qw, kw = norm_w or (q, q)                                          # unused without HAS_NORM
-    _qk_norm_rope_write_kernel[(T, H_q + H_kv)](
-        q, k, v, cos, sin, qw, kw, q_out, k_cache, v_cache, slot_mapping, 1.0 / D, float(eps), H_q,
+    bh = heads_per_program or _heads_per_program(H_q, H_kv)
+    _need(bh & (bh - 1) == 0, lambda: f"heads_per_program must be a power of two, got {bh}")
+    _qk_norm_rope_write_kernel[(T, triton.cdiv(H_q, bh) + triton.cdiv(H_kv, bh))](
+        q, k, v, cos, sin, qw, kw, q_out, k_cache, v_cache, slot_mapping, 1.0 / D, float(eps), H_q, H_kv,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         cos.stride(0), sin.stride(0), q_out.stride(0), q_out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         BLOCK_SIZE=block_size, HALF=D // 2, HALF_PAD=triton.next_power_of_2(D // 2),
-        HAS_NORM=bool(norm_w), num_warps=1 if D <= 128 else 2,
+        HAS_NORM=bool(norm_w), BLOCK_H=bh, num_warps=1 if D <= 128 else 2,
         # No fma: with fusion on (Triton's default) the GPU computed x1*cos1 - x2*sin1 with one
         # rounding instead of three, and only ~80% of bf16/fp16 elements matched torch (H200).
         enable_fp_fusion=False)

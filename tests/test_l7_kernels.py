@@ -145,20 +145,23 @@ ROPE_CFGS = {
 }
 
 
-def _rope_run(cfg, T, dtype, **case_kw):
+def _rope_run(cfg, T, dtype, heads=None, **case_kw):
     attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(cfg, T, DEVICE, dtype, **case_kw)
     norm = (dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
             if cfg.qk_norm else {})
-    out = qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, **norm)
+    out = qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], slots, heads_per_program=heads, **norm)
     ref = qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots)
     return out, ref, kv, kv_ref, slots, v
 
 
+@pytest.mark.parametrize("heads", [None, 1, 2], ids=["default_heads", "1_head", "2_heads"])
 @pytest.mark.parametrize("name", list(ROPE_CFGS))
 @pytest.mark.parametrize("dtype", _dtype_params(), ids=_ids)
-def test_l7_qk_norm_rope_write_matches_l1_attention_and_l3_set_kv(dtype, name):
+def test_l7_qk_norm_rope_write_matches_l1_attention_and_l3_set_kv(dtype, name, heads):
+    """heads per program: the default (all of a kind under the interpreter, 1 on a GPU), the GPU's
+    1, and 2 (a last group of q heads only half used with 6 q heads, a kv group with 1 kv head)."""
     cfg = ROPE_CFGS[name]
-    out, ref, kv, kv_ref, slots, v = _rope_run(cfg, 7, dtype, num_blocks=3, block_size=4)
+    out, ref, kv, kv_ref, slots, v = _rope_run(cfg, 7, dtype, heads, num_blocks=3, block_size=4)
     tol = TOL[dtype]
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
     torch.testing.assert_close(kv.K[0], kv_ref.K[0], atol=tol, rtol=tol, equal_nan=True)  # NaN = untouched
