@@ -13,9 +13,14 @@ A graph replays fixed addresses and shapes, so:
     verify      (lesson 11) ``verify=(q, max_batch)``: also one graph per bucket B <= max_batch for
                 a uniform verify step, every request computing q tokens (its last one and q - 1
                 guesses) and sampling at each; padding sequences are q tokens at positions 0..q-1
-    eager       everything else: prefill chunks, a decode-shaped step whose one-token row does not
-                sample (a prompt chunk the budget cut to one token: fewer logits rows, another
-                byte layout), a batch above the last bucket, ``enforce_eager``
+    prefill     a step of one request computing n > 1 prompt tokens and sampling after the last
+                (a short prompt alone: the time to first token) replays the graph of the smallest
+                T in prefill_buckets() above n, its T - n tokens one padding sequence (positions
+                0.., PAD slots, the PAD row); the graph's attention tile is T's, not n's
+    eager       everything else: steps of several prefills or of decodes and chunks mixed, a
+                prompt's chunk that does not sample, a decode-shaped step whose one-token row does
+                not sample (fewer logits rows, another byte layout), a batch above the last
+                bucket, ``enforce_eager``
 
 ``GraphRunner`` wraps the eager ``FastRunner`` (runner.py): it captures with it, replays, and
 hands it every step it cannot replay. Each graph also computes the rows' argmax (the sampler's
@@ -32,14 +37,24 @@ import torch
 
 from l5_scheduler.runner import RunnerOutput
 
-from .runner import is_uniform_decode, uniform_verify
+from .runner import is_uniform_decode, one_prefill, uniform_verify
+
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
+
+
+def prefill_buckets(config) -> list[int]:
+    """Token counts with a prefill graph: those of PREFILL_BUCKETS within the step budget and the
+    context (none if a step holds one sequence: the padding is a second one)."""
+    top = min(config.max_num_batched_tokens, config.max_model_len)
+    return [T for T in PREFILL_BUCKETS if T <= top] if config.max_num_seqs >= 2 else []
 
 
 class GraphRunner:
-    def __init__(self, runner, verify: tuple[int, int] | None = None):
+    def __init__(self, runner, verify: tuple[int, int] | None = None, prefill: bool = True):
         self.runner = runner                         # the eager FastRunner: captures, and runs the rest
         self.verify = verify                         # (q, max batch) of lesson 11's verify steps, or None
-        self.graphs: dict[tuple[int, int], tuple] = {}   # (B, q) -> the graph and its static outputs
+        self.prefill = prefill_buckets(runner.config) if prefill else []
+        self.graphs: dict[tuple, tuple] = {}         # (B, q) or ("prefill", T) -> the graph, its static outputs
         self.graph_bytes, self.capture_s = 0, 0.0
         self.capture()
 
@@ -64,9 +79,15 @@ class GraphRunner:
         shapes = [(B, 1) for B in r.buckets]
         if self.verify is not None:
             shapes += [(B, self.verify[0]) for B in r.buckets if B <= self.verify[1]]
-        for B, q in sorted(shapes, key=lambda s: -s[0] * s[1]):
-            lay = r.buf.pad_only(B, r.cache.pad_slot, q)
-            splits = r.decode_splits(B) if q == 1 else 1     # (the split kernel is decode-only)
+        shapes += [("prefill", T) for T in self.prefill]
+        for key in sorted(shapes, key=lambda s: -s[1] if s[0] == "prefill" else -s[0] * s[1]):
+            if key[0] == "prefill":
+                q = key[1]
+                lay, splits = r.buf.pad_prefill(q, r.cache.pad_slot), 1
+            else:
+                B, q = key
+                lay = r.buf.pad_only(B, r.cache.pad_slot, q)
+                splits = r.decode_splits(B) if q == 1 else 1     # (the split kernel is decode-only)
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):          # warm up: compile kernels, settle allocations
                 for _ in range(2):
@@ -77,29 +98,40 @@ class GraphRunner:
                 logits, meta = r.forward(lay, q, L, splits)
                 argmax = logits.argmax(-1)           # [B q]: for an all-greedy batch, no launch after the replay
             pool = graph.pool()
-            self.graphs[B, q] = (graph, logits, meta, argmax)   # static outputs: overwritten by every replay
+            self.graphs[key] = (graph, logits, meta, argmax)    # static outputs: overwritten by every replay
         torch.cuda.synchronize()
         self.graph_bytes = torch.cuda.memory_reserved() - before
         self.capture_s = time.perf_counter() - t0
 
-    def replay_bucket(self, out) -> tuple[int, int] | None:
-        """The graph this step replays, (B, q), or None (eager): a uniform decode step, or a uniform
-        verify step of the captured q, that fits a bucket."""
+    def replay_bucket(self, out) -> tuple | None:
+        """The graph this step replays, or None (eager): (B, q) for a uniform decode step, or a
+        uniform verify step of the captured q, that fits a bucket; ("prefill", T) for one request's
+        prefill of fewer than T tokens."""
         n = len(out.scheduled)
         q = 1 if is_uniform_decode(out) else uniform_verify(out) if self.verify is not None else None
-        B = self.runner.bucket(n) if q is not None else None
-        return (B, q) if B is not None and (B, q) in self.graphs else None
+        if q is None:
+            t = one_prefill(out)
+            key = ("prefill", next((T for T in self.prefill if T > t), None)) if t is not None else None
+        else:
+            key = (self.runner.bucket(n), q)
+        return key if key in self.graphs else None
 
     def execute(self, out):
         """Returns logits [S', V] float32 for the rows that sample, and the step's metadata."""
         key = self.replay_bucket(out)
         if key is None:
             return self.runner.execute(out)
-        (B, q), r, n = key, self.runner, len(out.scheduled)
-        lay, _ = r.prepare(out, pad_to=B)
+        r = self.runner
+        if key[0] == "prefill":
+            (_, q), rows, label = key, 1, f"graph prefill {key[1]}"
+            lay, _ = r.prepare(out, pad_tokens=q)
+        else:
+            (B, q), rows = key, len(out.scheduled) * key[1]
+            label = f"graph {B}" if q == 1 else f"graph {B}x{q}"
+            lay, _ = r.prepare(out, pad_to=B)
         if r.check:
             r.check_step(out, lay, q)
-        graph, logits, meta, argmax = self.graphs[B, q]
+        graph, logits, meta, argmax = self.graphs[key]
         graph.replay()
-        r.mode_log.append(f"graph {B}" if q == 1 else f"graph {B}x{q}")
-        return RunnerOutput(logits[:n * q], meta, argmax[:n * q])   # meta: the captured views, this step's values
+        r.mode_log.append(label)
+        return RunnerOutput(logits[:rows], meta, argmax[:rows])   # meta: the captured views, this step's values

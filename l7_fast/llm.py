@@ -7,6 +7,7 @@ manager), given a fast runner.
     llm = LLM(None, fused_ops=False, split_kv=False)  # the torch ops, stage 3's attention kernel
     llm = LLM(None, gemv=False)                       # cuBLAS for every matmul, small steps too
     llm = LLM(None, norm_prologue=False)              # small steps: each add + RMSNorm its own kernel
+    llm = LLM(None, prefill_graphs=False)             # a lone short prompt runs eagerly, as before
     llm.llm_engine.runner.graph_bytes                 # memory the captured graphs hold
 
 The parts stage 7 adds, each its own file and each switchable:
@@ -44,11 +45,13 @@ def make_ops(model, *, fused_ops: bool = True, gemv: bool = True, norm_prologue:
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, norm_prologue: bool = True,
-                 profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None, **kw):
+                 profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None,
+                 prefill_graphs: bool = True, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
     an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
     it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
-    batch): graphs for lesson 11's verify steps too (graphs.py)."""
+    batch): graphs for lesson 11's verify steps too; ``prefill_graphs``: for one request's short
+    prefill too (graphs.py)."""
     if runner is None:
         ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue)
         runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
@@ -56,7 +59,7 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
         runner.warmup_report = warm_up(runner, progress=True)
         print(runner.warmup_report.line(), file=sys.stderr)
     if not enforce_eager and runner.device.type == "cuda" and impl == "triton":
-        runner = GraphRunner(runner, verify_graphs)  # the torch reference attention cannot be captured
+        runner = GraphRunner(runner, verify_graphs, prefill_graphs)  # the torch reference attention cannot be captured
     return stage6.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, runner=runner,
                                wrap=profiler.wrap if profiler is not None else None, impl=impl, check=check, **kw)
 

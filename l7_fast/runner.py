@@ -55,6 +55,15 @@ def uniform_verify(out) -> int | None:
     return q if all([n == q and len(req.spec_ids) == q - 1 for req, n in out.scheduled]) else None
 
 
+def one_prefill(out) -> int | None:
+    """n > 1 if the step is one request computing n prompt tokens and sampling after the last: a
+    short prompt alone, or a long one's last chunk. Such a step can replay a prefill graph."""
+    if len(out.scheduled) != 1 or not out.sample[0]:
+        return None
+    req, n = out.scheduled[0]
+    return n if n > 1 and not req.spec_ids else None
+
+
 class FastRunner:
     def __init__(self, model, config, ops, *, impl: str = "triton", check: bool = False, split_kv: bool = True,
                  cache: FastKVCache | None = None):
@@ -91,9 +100,10 @@ class FastRunner:
         return None
 
     # ---- host side: one pass over the scheduled requests ----------------------------------------
-    def prepare(self, out, pad_to: int | None = None):
+    def prepare(self, out, pad_to: int | None = None, pad_tokens: int | None = None):
         """Fill the pinned buffer for this step and copy it. Returns (layout, max K/V length).
-        ``pad_to``: a graph replay's batch (a uniform step: decode, or lesson 11's verify)."""
+        ``pad_to``: a graph replay's batch (a uniform step: decode, or lesson 11's verify).
+        ``pad_tokens``: a prefill graph's token count (graphs.py), reached with one padding sequence."""
         upd_index, upd_block = [], []
         self.buf.update_rows(out, upd_index, upd_block)
         if is_uniform_decode(out):
@@ -118,6 +128,11 @@ class FastRunner:
             slots, logits = slots + [self.cache.pad_slot] * (q * k), logits + list(range(t, t + q * k))
             cu, seq_lens = cu + list(range(t + q, t + q * k + 1, q)), seq_lens + [q] * k
             rows, t = rows + [self.buf.pad_row] * k, t + q * k
+        if pad_tokens is not None:                   # a prefill graph's replay: one padding sequence of k tokens
+            k = pad_tokens - t                       # at 0..k-1 (PAD slots, the PAD row), its last a logits row
+            ids, positions, slots = ids + [0] * k, positions + list(range(k)), slots + [self.cache.pad_slot] * k
+            logits, cu, seq_lens = logits + [pad_tokens - 1], cu + [pad_tokens], seq_lens + [k]
+            rows, t = rows + [self.buf.pad_row], pad_tokens
         lay = Layout(t, len(seq_lens), len(logits), len(upd_index))
         self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
         self.buf.upload(lay)

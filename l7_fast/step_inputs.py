@@ -150,6 +150,15 @@ class StepInputs:
         self.upload(lay)
         return lay
 
+    def pad_prefill(self, T: int, pad_slot: int) -> Layout:
+        """A prefill graph's capture inputs: T tokens as a (T - 1)-token and a 1-token padding
+        sequence, one logits row at the end of each (a replay: the request's n tokens, then T - n)."""
+        lay = Layout(T, 2, 2, 0)
+        self.write(lay, [0] * T, list(range(T - 1)) + [0], [pad_slot] * T, [T - 2, T - 1], [0, T - 1, T],
+                   [T - 1, 1], [self.pad_row] * 2, [], [])
+        self.upload(lay)
+        return lay
+
     # ---- device side --------------------------------------------------------------------------
     def upload(self, lay: Layout) -> None:
         """The step's one host-to-device copy, then the block-table changes (if any) scattered."""

@@ -47,11 +47,11 @@ class GroupedRunner(FastRunner):
         self.dev_slots, self.dev_rows = self.host_slots.to(self.device), self.host_rows.to(self.device)
         self.group_copied = torch.cuda.Event() if pin else None
 
-    def prepare(self, out, pad_to: int | None = None):
+    def prepare(self, out, pad_to: int | None = None, pad_tokens: int | None = None):
         if self.num_groups == 1:
-            return super().prepare(out, pad_to)
+            return super().prepare(out, pad_to, pad_tokens)
         self._release_groups(out)
-        lay, max_kv = super().prepare(out, pad_to)   # stage 7's inputs; gives group handles their rows
+        lay, max_kv = super().prepare(out, pad_to, pad_tokens)   # stage 7's inputs; gives group handles their rows
         self._fill_groups(out, lay)
         return lay, max_kv
 
