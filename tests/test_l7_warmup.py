@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 import l3_paged.attention_triton as l3_attention
 from l3_paged import kernel_config
@@ -57,6 +58,16 @@ def variant(kernel, args, kwargs) -> tuple:
     return tuple(key + sorted(kwargs.items()))
 
 
+def _fewer_programs(k, args, grid, kwargs):
+    """The GEMV's GPU tile gives a program 2-4 rows of W: N / 4 programs, each a Python call of the
+    interpreter. After its variant is recorded it runs with 64 rows a program instead: each
+    column's sums are the same (its K chunks do not change), and the test runs 2x faster."""
+    if k is not gemv._gemv_kernel:
+        return grid, kwargs
+    N = args[k.arg_names.index("N")]
+    return (triton.cdiv(N, 64),), {**kwargs, "BLOCK_N": 64}
+
+
 def _record(mp) -> set:
     """Every launch's variant goes into the returned set (clear it between phases)."""
     seen: set = set()
@@ -65,6 +76,7 @@ def _record(mp) -> set:
 
         def recording(*args, _k=k, _run=run, grid, warmup, **kwargs):
             seen.add(variant(_k, args, kwargs))
+            grid, kwargs = _fewer_programs(_k, args, grid, kwargs)
             return _run(*args, grid=grid, warmup=warmup, **kwargs)
         mp.setattr(k, "run", recording)
     return seen
