@@ -18,7 +18,10 @@
 #   make gpu-test       the GPU tests (deselected on a machine without CUDA)
 #
 # Variables (make test VAR=value): BASE_PY, VENV, PY, TORCH, TORCH_INDEX, TORCH_CPU_INDEX,
-# TORCH_PROBE_TIMEOUT, FORCE, PYTEST_ARGS, SERVE_ARGS (make serve: stage 10's server).
+# TORCH_PROBE_TIMEOUT, FORCE, PYTEST_ARGS, TEST_JOBS, SERVE_ARGS (make serve: stage 10's server).
+#
+# The three CPU tiers run through scripts/run_tests.py: one pytest process per core (at most 4;
+# TEST_JOBS=1 is plain pytest), each a shard of whole test files balanced by tests/shard_weights.json.
 
 BASE_PY ?= python3
 VENV ?= .venv
@@ -28,6 +31,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PROBE_TIMEOUT ?= 5
 FORCE ?=
 PYTEST_ARGS ?=
+TEST_JOBS ?=
+JOBS_ARG := $(if $(TEST_JOBS),--jobs $(TEST_JOBS),)
 SERVE_ARGS ?=
 
 ifeq ($(origin PY),undefined)
@@ -124,13 +129,13 @@ demo: install
 	$(PY) scripts/check_chain.py
 
 test: install
-	$(PY) -m pytest -m "not lessons and not deep" $(PYTEST_ARGS)
+	$(PY) scripts/run_tests.py $(JOBS_ARG) -- -m "not lessons and not deep" $(PYTEST_ARGS)
 
 test-lessons: install
-	$(PY) -m pytest -m lessons $(PYTEST_ARGS)
+	$(PY) scripts/run_tests.py $(JOBS_ARG) -- -m lessons $(PYTEST_ARGS)
 
 test-deep: install
-	$(PY) -m pytest -m "deep or fuzz" --hypothesis-profile=deep $(PYTEST_ARGS)
+	$(PY) scripts/run_tests.py $(JOBS_ARG) -- -m "deep or fuzz" --hypothesis-profile=deep $(PYTEST_ARGS)
 
 chain: install
 	$(PY) scripts/check_chain.py

@@ -6,10 +6,13 @@ Tiers (pyproject.toml's markers; the Makefile's targets):
     make test           everything not marked ``lessons`` or ``deep``: the unit and engine tests,
                         one all-invariants fuzz per stage at a modest example count, every planted
                         bug on its pinned (already shrunk) workload, the chain on tiny-qwen3
+                        (stages 1-7, one test each)
     make test-lessons   ``lessons``: break-it / build-it exercises, the lessons' quoted outputs,
                         the chain on the other tiny checkpoints
     make test-deep      ``deep`` and ``fuzz``: the hypothesis searches that found each planted bug,
                         run from scratch, and every property test at the deep example count
+
+Each tier runs as N processes, ``--shard I/N`` each (shards.py; scripts/run_tests.py starts them).
 """
 import os
 import sys
@@ -40,16 +43,25 @@ def pytest_configure(config):
     import plumbing.runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel module is imported)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="I/N",
+                     help="run shard I of N (0-based): whole test files, balanced by tests/shard_weights.json "
+                          "(scripts/run_tests.py runs the N at once, one per core)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Without a CUDA device the GPU tests are deselected (one line in the summary, not a skip each)."""
+    """Without a CUDA device the GPU tests are deselected (one line in the summary, not a skip each).
+    With --shard I/N, only shard I's test files are kept."""
     import torch
-    if torch.cuda.is_available():
-        return
-    gpu = [item for item in items if "gpu" in item.keywords]
-    if gpu:
-        config.hook.pytest_deselected(items=gpu)
-        items[:] = [item for item in items if "gpu" not in item.keywords]
-        config._gpu_deselected = len(gpu)
+    if not torch.cuda.is_available():
+        gpu = [item for item in items if "gpu" in item.keywords]
+        if gpu:
+            config.hook.pytest_deselected(items=gpu)
+            items[:] = [item for item in items if "gpu" not in item.keywords]
+            config._gpu_deselected = len(gpu)
+    if config.getoption("--shard"):
+        from shards import keep_shard
+        keep_shard(config, items)
 
 
 def pytest_report_header(config):
