@@ -49,6 +49,7 @@ def pytest_addoption(parser):
                           "(scripts/run_tests.py runs the N at once, one per core)")
 
 
+@pytest.hookimpl(trylast=True)          # after -m and -k have deselected: shards split what runs
 def pytest_collection_modifyitems(config, items):
     """Without a CUDA device the GPU tests are deselected (one line in the summary, not a skip each).
     With --shard I/N, only shard I's test files are kept."""
