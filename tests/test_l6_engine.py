@@ -190,11 +190,13 @@ def test_l6_llm_api_and_caching_off_is_stage5(tiny):
 
 
 def test_l6_smoke_usual_prompt_hits_and_matches_stage5(capsys):
+    """The smoke scripts' own workload, through the torch attention: the Triton kernel's l6 tokens
+    are the chain's (tests/test_chain.py), and here it would cost 30 s of interpreter."""
     import json
     from l5_smoke import main as l5_main
-    l6_main(["--json"])
+    l6_main(["--json", "--impl", "torch"])
     six = json.loads(capsys.readouterr().out)
-    l5_main(["--json"])
+    l5_main(["--json", "--impl", "torch"])
     five = json.loads(capsys.readouterr().out)
     assert six["token_ids"] == five["token_ids"]
     assert six["usual_hit_tokens"] > 0 and six["prefill_tokens_computed"] < six["prompt_tokens"]
