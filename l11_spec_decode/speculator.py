@@ -28,7 +28,8 @@ Uniform steps. A request always gets exactly k guesses (the drafter's, then its 
 repeated: a filler is verified like any guess, and kept only if the target agrees), so a verify
 step has the same shape every time and replays one CUDA graph per batch bucket (stage 7's
 graphs.py, ``verify=(k + 1, disable_by_batch_size)``). Near its length limit a request gets
-fewer (its step then runs eagerly).
+fewer; a step whose requests all verify the same smaller number replays that number's graph (one
+is captured for each of 1..k guesses), a step that mixes counts runs eagerly.
 
 When it pays (``disable_by_batch_size``, vLLM's name). A decode step reads every weight once for
 B tokens; with guesses it computes B(k+1) tokens for about the same time while that stays

@@ -10,9 +10,10 @@ A graph replays fixed addresses and shapes, so:
                 replays the graph of the smallest B >= n, with B - n padding rows (cache.py:
                 position 0, K/V length 1, the PAD block), inputs written into the same pinned
                 buffer offsets the capture read (step_inputs.py)
-    verify      (lesson 11) ``verify=(q, max_batch)``: also one graph per bucket B <= max_batch for
-                a uniform verify step, every request computing q tokens (its last one and q - 1
-                guesses) and sampling at each; padding sequences are q tokens at positions 0..q-1
+    verify      (lesson 11) ``verify=(q, max_batch)``: also graphs for uniform verify steps, every
+                request computing q' tokens (its last one and q' - 1 guesses) and sampling at each,
+                one per bucket B <= max_batch and q' in 2..q (near its length limit a request
+                verifies fewer guesses); padding sequences are q' tokens at positions 0..q'-1
     prefill     a step of one request computing n > 1 prompt tokens and sampling after the last
                 (a short prompt alone: the time to first token) replays the graph of the smallest
                 T in prefill_buckets() above n, its T - n tokens one padding sequence (positions
@@ -49,6 +50,26 @@ def prefill_buckets(config) -> list[int]:
     return [T for T in PREFILL_BUCKETS if T <= top] if config.max_num_seqs >= 2 else []
 
 
+def graph_keys(buckets, verify: tuple[int, int] | None, prefill) -> list[tuple]:
+    """The graphs to capture: (B, 1) per decode bucket; (B, q') for verify steps, B <= max batch and
+    q' = 2..q; ("prefill", T) per prefill bucket."""
+    keys = [(B, 1) for B in buckets]
+    if verify is not None:
+        q, top = verify
+        keys += [(B, j) for B in buckets if B <= top for j in range(2, q + 1)]
+    return keys + [("prefill", T) for T in prefill]
+
+
+def step_key(out, bucket, verify: bool, prefill) -> tuple | None:
+    """The graph key a step would replay if it was captured (graph_keys), or None: the step is eager."""
+    q = 1 if is_uniform_decode(out) else uniform_verify(out) if verify else None
+    if q is not None:
+        return (bucket(len(out.scheduled)), q)
+    t = one_prefill(out)
+    T = next((T for T in prefill if T > t), None) if t is not None else None
+    return ("prefill", T) if T is not None else None
+
+
 class GraphRunner:
     def __init__(self, runner, verify: tuple[int, int] | None = None, prefill: bool = True):
         self.runner = runner                         # the eager FastRunner: captures, and runs the rest
@@ -76,10 +97,7 @@ class GraphRunner:
         before = torch.cuda.memory_reserved()
         pool, L = None, r.config.max_model_len
         stream = torch.cuda.Stream()                 # one warm-up stream (cuBLAS keeps a workspace per stream)
-        shapes = [(B, 1) for B in r.buckets]
-        if self.verify is not None:
-            shapes += [(B, self.verify[0]) for B in r.buckets if B <= self.verify[1]]
-        shapes += [("prefill", T) for T in self.prefill]
+        shapes = graph_keys(r.buckets, self.verify, self.prefill)
         for key in sorted(shapes, key=lambda s: -s[1] if s[0] == "prefill" else -s[0] * s[1]):
             if key[0] == "prefill":
                 q = key[1]
@@ -107,13 +125,7 @@ class GraphRunner:
         """The graph this step replays, or None (eager): (B, q) for a uniform decode step, or a
         uniform verify step of the captured q, that fits a bucket; ("prefill", T) for one request's
         prefill of fewer than T tokens."""
-        n = len(out.scheduled)
-        q = 1 if is_uniform_decode(out) else uniform_verify(out) if self.verify is not None else None
-        if q is None:
-            t = one_prefill(out)
-            key = ("prefill", next((T for T in self.prefill if T > t), None)) if t is not None else None
-        else:
-            key = (self.runner.bucket(n), q)
+        key = step_key(out, self.runner.bucket, self.verify is not None, self.prefill)
         return key if key in self.graphs else None
 
     def execute(self, out):
