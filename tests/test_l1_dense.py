@@ -146,10 +146,28 @@ def _smoke(*args, env_extra=None):
     (["--max-seq-len", "30"], "exceeds the KV cache of 30"),
     (["--device", "cuda"] if not torch.cuda.is_available() else ["--device", "tpu"], "--device"),
 ])
-def test_bad_input_gets_one_clear_line_and_exit_2(args, needle):
-    r = _smoke(*args)
+def test_bad_input_gets_one_clear_line_and_exit_2(args, needle, capsys):
+    code, err = _smoke_here(capsys, *args)
+    assert code == 2, err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def _smoke_here(capsys, *args) -> tuple[int, str]:
+    """scripts/l1_smoke.py's main as its ``__main__`` runs it (run_main), in this process: the exit
+    status and stderr. (A fresh interpreter per case costs ~6 s of imports; the test below runs the
+    script itself once.)"""
+    import l1_smoke
+    from plumbing.cli import run_main
+    with pytest.raises(SystemExit) as e:
+        run_main(lambda: l1_smoke.main(list(args)))
+    return e.value.code, capsys.readouterr().err
+
+
+def test_the_script_itself_turns_a_user_error_into_one_line_and_exit_2():
+    r = _smoke("--prompt-ids", "1,2,300")
     assert r.returncode == 2, r.stderr
-    assert needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("error: ") and "outside the vocabulary" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_unsupported_dtype_on_device_is_a_clear_error(monkeypatch):
@@ -226,8 +244,8 @@ def test_a_corrupt_checkpoint_is_one_line_naming_the_file_from_the_api(case, tmp
 
 
 @pytest.mark.parametrize("case", CORRUPT[:3])
-def test_a_corrupt_checkpoint_is_one_line_naming_the_file_from_a_script(case, tmp_path):
+def test_a_corrupt_checkpoint_is_one_line_naming_the_file_from_a_script(case, tmp_path, capsys):
     path, needle = _corrupt(tmp_path, case)
-    r = _smoke("--model", str(path), "--prompt-ids", "1,2,3")
-    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert len([ln for ln in r.stderr.splitlines() if ln.startswith("error:")]) == 1
+    code, err = _smoke_here(capsys, "--model", str(path), "--prompt-ids", "1,2,3")
+    assert code == 2 and needle in err, err
+    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1 == len(err.strip().splitlines()), err

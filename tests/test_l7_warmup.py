@@ -5,7 +5,7 @@ launch would be on a GPU: the kernel, its constexprs and launch options, the dty
 alignment of each pointer, and for each int argument the properties Triton specialises on (== 1,
 a multiple of 16, 64-bit). The pickers choose the GPU's tiles (their interpreter branch is turned
 off) and pick them as for float16 (in float32 every tile is the same one, and the interpreter's
-float16 dots are 20x slower), the tiny Qwen3 runs in float32, and a workload that makes each kind of step (a prefill alone, several at once, a
+float16 dots are 20x slower), the tiny Qwen3 cut to one layer runs in float32, and a workload that makes each kind of step (a prefill alone, several at once, a
 prompt chunked beside decodes, split and whole decodes, sampling) must launch nothing that start-up did not.
 A planted tile choice that the start-up plan cannot see makes the same check fail.
 
@@ -14,6 +14,7 @@ cache entry may appear after start-up.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -94,16 +95,34 @@ def _gpu_tiles(mp) -> None:
         mp.setattr(module, "pick_config", sixteen_bit_tiles)
 
 
+def one_layer_qwen3(folder: Path) -> Path:
+    """tiny-qwen3 cut to its first layer: every launch of a layer is the same variant in each layer,
+    so one layer shows every variant, in a quarter of the interpreter's time."""
+    from safetensors.torch import load_file, save_file
+    from plumbing.tiny import tiny_checkpoint
+    src = tiny_checkpoint("qwen3")
+    for f in src.iterdir():
+        if f.suffix == ".json":
+            (folder / f.name).write_text(f.read_text())
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 1}))
+    weights = load_file(src / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if not k.startswith("model.layers.") or k.startswith("model.layers.0.")},
+              folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
 @pytest.fixture(scope="module")
-def started():
+def started(tmp_path_factory):
     """One engine with the GPU's tiles, started up (warm_up) while every launch was recorded:
     yields (llm, the variants start-up launched, the live record)."""
     if CUDA:
         pytest.skip("on a GPU the pickers already choose the GPU's tiles; -m gpu runs check_no_compile.py")
+    path = one_layer_qwen3(tmp_path_factory.mktemp("one-layer-qwen3"))
     with pytest.MonkeyPatch.context() as mp:
         _gpu_tiles(mp)
         seen = _record(mp)
-        llm = LLM(None, device="cpu", dtype="float32", max_num_batched_tokens=64, max_num_seqs=8, max_model_len=512,
+        llm = LLM(str(path), device="cpu", dtype="float32", max_num_batched_tokens=64, max_num_seqs=8, max_model_len=512,
                   num_gpu_blocks_override=160, enforce_eager=True, seed=0)
         seen.clear()
         warm_up(llm.llm_engine.runner)
