@@ -21,7 +21,7 @@ from l3_paged.cache import PagedKVCache
 from l3_paged.metadata import PagedMeta
 from l3_paged.validate import check_paged_layout
 
-from .attention_split import paged_attention_split
+from .attention_split import paged_attention_split, pick_num_splits
 
 
 @dataclass
@@ -35,6 +35,11 @@ class FastKVCache(PagedKVCache):
         super().__init__(cfg, num_blocks + 1, block_size, device, dtype, impl=impl, check=False)
         self.pad_block = num_blocks                      # the last block: scratch for padding rows
         self.pad_slot = num_blocks * block_size
+
+    def num_splits(self, batch: int, max_kv_len: int, num_sms: int) -> int:
+        """Key splits of a decode step of ``batch`` sequences (host ints). The cache decides: its
+        attention kernel's tile sets how many programs an SM streams at once (stage 9's differs)."""
+        return pick_num_splits(batch, self.K[0].shape[2], max_kv_len, num_sms)          # K: [blocks, block, H_kv, D]
 
     def slot_mapping(self, layer: int, meta: FastMeta):
         """The slots ``layer``'s new K/V are written to. The cache owns the addressing, so the fused

@@ -27,7 +27,7 @@ import torch
 from l5_scheduler.runner import RunnerOutput
 from plumbing.exercise import learner_can_replace
 
-from .attention_split import _num_sms, pick_num_splits
+from .attention_split import _num_sms
 from .cache import FastKVCache, FastMeta
 from .step_inputs import Layout, StepInputs
 
@@ -87,7 +87,7 @@ class FastRunner:
     def decode_splits(self, batch: int) -> int:
         if not self.split_kv:
             return 1
-        return pick_num_splits(batch, self.cfg.num_kv_heads, self.config.max_model_len, _num_sms(self.device))
+        return self.cache.num_splits(batch, self.config.max_model_len, _num_sms(self.device))
 
     def step_splits(self, n: int, decode: bool) -> int:
         """Key splits of a step of n sequences: a decode step splits as a replay of its bucket would."""
