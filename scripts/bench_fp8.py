@@ -66,8 +66,8 @@ def decode_row(device, dtype, B, ctx, bw):
     row["bf16_ms"] = timed(device, lambda: paged_attention_split(*base, max_seqlen_q=1, max_seqlen_kv=ctx,
                                                                  num_splits=ns))
     qd = base[0].view(B, H_Q, 1, D)
-    kd = torch.randn(B, H_KV, ctx, D, device=device, dtype=dtype)
-    row["sdpa_ms"] = timed(device, lambda: sdpa(qd, kd, kd, False))
+    kd, vd = (torch.randn(B, H_KV, ctx, D, device=device, dtype=dtype) for _ in range(2))
+    row["sdpa_ms"] = timed(device, lambda: sdpa(qd, kd, vd, False))     # K and V apart: SDPA reads both
     table_bytes = base[5].numel() * 4
     row["bf16_bytes"] = 2 * B * ctx * H_KV * D * base[1].element_size() + table_bytes
     for name, per_token in (("fp8", False), ("fp8_per_token_head", True)):
