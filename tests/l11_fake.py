@@ -52,7 +52,7 @@ class Workload(l6_fake.Workload):                     # stage 6's workload, and 
     seed: int = 0
 
 
-def _check(name: str, ok: bool, detail: str = "") -> None:
+def _check(name: str, ok: bool, detail="") -> None:          # detail: a string, or a function making it
     l5_check(name, ok, detail, CHECKS)
 
 
@@ -78,7 +78,7 @@ class FakeRunner:
         got = [self.store.get(req.kv.slot_indices[q]) for q in range(p + 1)]
         bad = next((q for q in range(p + 1) if got[q] != (q, want[q])), None)
         _check("no refused guess is ever read: every position a step reads holds the request's own token",
-               bad is None, f"{req.request_id} position {bad}: slot holds {got[bad] if bad is not None else None}, "
+               bad is None, lambda: f"{req.request_id} position {bad}: slot holds {got[bad] if bad is not None else None}, "
                             f"want {(bad, want[bad]) if bad is not None else None}")
         return want
 
@@ -125,16 +125,16 @@ def run(w: Workload, scheduler_cls=Scheduler, speculator_cls=Speculator, max_ste
                 continue
             expect[rid] = solo(prompt, mt)
         if eng.has_unfinished_requests():
-            _check("every request finishes (progress every step)", step < max_steps, f"step {step}")
+            _check("every request finishes (progress every step)", step < max_steps, lambda: f"step {step}")
             eng.step()
             for req in sched.running:
                 _check("no refused guess is counted as computed: num_computed_tokens <= num_tokens after every step",
-                       req.kv.cur_len <= req.num_tokens, f"{req.request_id}: {req.kv.cur_len} > {req.num_tokens}")
+                       req.kv.cur_len <= req.num_tokens, lambda: f"{req.request_id}: {req.kv.cur_len} > {req.num_tokens}")
         step += 1
     for rid, want in expect.items():
         got = eng.requests[rid].output_ids
         _check("outputs equal the solo run, however chunked, preempted, prefix-hit or speculated", got == want,
-               f"{rid}: {got} != {want}")
+               lambda: f"{rid}: {got} != {want}")
     _check("every request finishes; at the end every block is free or cached", sched.kv.num_free == w.num_blocks)
     spec = eng.speculator
     for key, v in (("workloads", 1), ("steps", step), ("requests", len(expect)), ("guesses", spec.drafted),

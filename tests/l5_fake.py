@@ -59,10 +59,12 @@ class Workload:
     seed: int = 0
 
 
-def _check(name: str, ok: bool, detail: str = "", counter: Counter = CHECKS) -> None:
+def _check(name: str, ok: bool, detail="", counter: Counter = CHECKS) -> None:
+    """``detail``: a string, or a function making it (called only when the check fails: building
+    it every step costs more than the checks)."""
     counter[name] += 1
     if not ok:
-        raise Violation(name, detail)
+        raise Violation(name, detail() if callable(detail) else detail)
 
 
 def only(invariant: str, run_fn, *args) -> None:
@@ -131,12 +133,12 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=Bl
         if not sched.has_unfinished():
             step += 1
             continue
-        _check("every request finishes (progress every step)", step < max_steps, f"step {step}")
+        _check("every request finishes (progress every step)", step < max_steps, lambda: f"step {step}")
         waiting_before = list(sched.waiting)
         out = sched.schedule()
         _check("every request finishes (progress every step)", len(out.scheduled) > 0,
-               f"nothing scheduled at step {step} with {len(sched.waiting)} waiting, {len(sched.running)} running")
-        _check("each step stays within the token budget", out.num_tokens <= w.budget, f"{out.num_tokens} > {w.budget}")
+               lambda: f"nothing scheduled at step {step} with {len(sched.waiting)} waiting, {len(sched.running)} running")
+        _check("each step stays within the token budget", out.num_tokens <= w.budget, lambda: f"{out.num_tokens} > {w.budget}")
         _check("each step stays within max_num_seqs", len(sched.running) <= w.max_num_seqs)
         _check("each step stays within the token budget", all(n >= 1 for _, n in out.scheduled))
         _check("no request is admitted in a step that preempted", not (out.preempted and out.admitted))
@@ -152,7 +154,7 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=Bl
             start = req.num_computed_tokens
             _check("every scheduled request has blocks for all its tokens",
                    len(req.blocks) * bs >= start + n and len(req.kv.slot_indices) >= start + n,
-                   f"{req.request_id}: {len(req.blocks)} blocks of {bs} for {start + n} tokens")
+                   lambda: f"{req.request_id}: {len(req.blocks)} blocks of {bs} for {start + n} tokens")
             for j, t in enumerate(req.tokens(start, n)):
                 kv[req.kv.slot_indices[start + j]] = (req.arrival, start + j, t)
         sched.advance(out)
@@ -164,7 +166,7 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=Bl
             seen = [kv.get(req.kv.slot_indices[p]) for p in range(L)]      # the fake attention read
             _check("attention reads only the request's own tokens, at their positions",
                    all(s is not None and s[0] == req.arrival and s[1] == p for p, s in enumerate(seen)),
-                   f"{req.request_id} read {[s for s in seen if s is None or s[0] != req.arrival][:3]}")
+                   lambda: f"{req.request_id} read {[s for s in seen if s is None or s[0] != req.arrival][:3]}")
             tok = next_token([s[2] for s in seen])
             req.append_output(tok)
             if tok == EOS or len(req.output_ids) == req.params.max_tokens:
@@ -175,8 +177,8 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=Bl
         _check("every request finishes (progress every step)", req.status == RequestStatus.FINISHED)
         _check("outputs equal the solo run, however the request was chunked or preempted",
                req.output_ids == expect[req.request_id],
-               f"{req.request_id} (preempted {req.num_preemptions}x): {req.output_ids} != {expect[req.request_id]}")
-    _check("at the end the pool is entirely free", sched.kv.num_free == total, f"{sched.kv.num_free}/{total}")
+               lambda: f"{req.request_id} (preempted {req.num_preemptions}x): {req.output_ids} != {expect[req.request_id]}")
+    _check("at the end the pool is entirely free", sched.kv.num_free == total, lambda: f"{sched.kv.num_free}/{total}")
     EXAMPLES["workloads"] += 1
     EXAMPLES["steps"] += step
     return {"steps": step, "preemptions": sum(r.num_preemptions for r in reqs), "requests": len(reqs)}
@@ -184,7 +186,7 @@ def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=Bl
 
 def _blocks_invariant(sched, reqs, total) -> None:
     owned = [b for r in sched.running for b in r.blocks]
-    _check("no block is owned twice", len(owned) == len(set(owned)), f"{sorted(owned)}")
+    _check("no block is owned twice", len(owned) == len(set(owned)), lambda: f"{sorted(owned)}")
     _check("free + owned = total", len(owned) + sched.kv.num_free == total,
-           f"{len(owned)} owned + {sched.kv.num_free} free != {total}")
+           lambda: f"{len(owned)} owned + {sched.kv.num_free} free != {total}")
     _check("free + owned = total", all(not r.blocks for r in reqs if r not in sched.running))

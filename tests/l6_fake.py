@@ -61,7 +61,7 @@ def prompt_of(i: int, doc: int, shared: int, own: int) -> list[int]:
 
 def _check(name: str, ok: bool, detail="") -> None:
     """``detail``: a string, or a function making it (called only when the check fails)."""
-    l5_check(name, ok, detail() if not ok and callable(detail) else detail if not ok else "", CHECKS)
+    l5_check(name, ok, detail, CHECKS)
 
 
 def run(w: Workload, scheduler_cls=Scheduler, max_steps: int = 20_000, kv_cls=KVCacheManager) -> dict:

@@ -39,7 +39,7 @@ class Workload(l6_fake.Workload):                    # stage 6's workload, and t
     windows: tuple = (None,)                         # per KV cache group: a window or None
 
 
-def _check(name: str, ok: bool, detail: str = "") -> None:
+def _check(name: str, ok: bool, detail="") -> None:          # detail: a string, or a function making it
     l5_check(name, ok, detail, CHECKS)
 
 
@@ -87,13 +87,13 @@ def run(w: Workload, kv_cls=SlidingWindowKVManager, max_steps: int = 20_000) -> 
             reqs.append(req)
             expect[req.request_id] = solo(prompt, mt, w.windows)
         if sched.has_unfinished():
-            _check("every request finishes (progress every step)", step < max_steps, f"step {step}")
+            _check("every request finishes (progress every step)", step < max_steps, lambda: f"step {step}")
             _step(w, sched, store)
         step += 1
     for req in reqs:
         _check("outputs equal the solo run, with windows, however chunked, preempted or prefix-hit",
                req.status == RequestStatus.FINISHED and req.output_ids == expect[req.request_id],
-               f"{req.request_id} (preempted {req.num_preemptions}x): {req.output_ids} != {expect[req.request_id]}")
+               lambda: f"{req.request_id} (preempted {req.num_preemptions}x): {req.output_ids} != {expect[req.request_id]}")
     _check("each block's ref_cnt equals the (request, group) lists holding it; free + held = total",
            kvm.num_free == w.num_blocks)
     EXAMPLES["workloads"] += 1
@@ -117,7 +117,7 @@ def _step(w: Workload, sched, store) -> None:
             if W is not None:
                 bound = math.ceil((W + n - 1) / bs) + 1
                 _check("a windowed group holds at most ceil((W + n - 1) / block_size) + 1 blocks",
-                       kvm.held(req.kv, g) <= bound, f"{req.request_id} group {g}: {kvm.held(req.kv, g)} > {bound}")
+                       kvm.held(req.kv, g) <= bound, lambda: f"{req.request_id} group {g}: {kvm.held(req.kv, g)} > {bound}")
             for j, t in enumerate(req.tokens(start, n)):
                 store[h.slot_indices[start + j]] = (g, start + j, t)
     tokens = {}                                      # the forward pass reads, before advance frees
@@ -142,11 +142,11 @@ def _read(kvm, store, req, L: int, windows) -> list[int]:
         for p in range(0 if W is None else max(0, L - W), L):
             blk = h.blocks[p // bs]
             _check("no freed block is ever read: every block a step reads is held by the request",
-                   blk in held and kvm.pool.blocks[blk].ref_cnt >= 1, f"{req.request_id} g{g} position {p}")
+                   blk in held and kvm.pool.blocks[blk].ref_cnt >= 1, lambda: f"{req.request_id} g{g} position {p}")
             seen.append(store.get(h.slot_indices[p]))
     want = [(g, p, t) for g, W in enumerate(windows) for p, t in enumerate(req.tokens(0, L)) if W is None or p >= L - W]
     _check("outputs equal the solo run, with windows, however chunked, preempted or prefix-hit", seen == want,
-           f"{req.request_id}: read the wrong K/V")
+           lambda: f"{req.request_id}: read the wrong K/V")
     return [t for _, _, t in seen]
 
 
@@ -158,4 +158,4 @@ def _pool_invariants(sched) -> None:
     _check("each block's ref_cnt equals the (request, group) lists holding it; free + held = total",
            all(pool.blocks[i].ref_cnt == held.get(i, 0) for i in range(kvm.num_blocks))
            and pool.num_free + len(held) == kvm.num_blocks,
-           f"{[(b, held.get(b.block_id, 0)) for b in pool.blocks if b.ref_cnt != held.get(b.block_id, 0)][:3]}")
+           lambda: f"{[(b, held.get(b.block_id, 0)) for b in pool.blocks if b.ref_cnt != held.get(b.block_id, 0)][:3]}")
