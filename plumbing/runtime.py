@@ -34,6 +34,9 @@ if CPU_THREADS:
 
 #: True when Triton kernels run through the CPU interpreter rather than a GPU compiler.
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+if INTERPRET:
+    from .interpreter_patch import install          # helpers inside kernels stop re-patching tl (4x cheaper calls)
+    install()
 
 
 def default_device() -> str:

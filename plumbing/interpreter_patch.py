@@ -1,0 +1,55 @@
+"""A speed-up of the Triton interpreter, for the CPU runs (tests, lessons, smoke scripts).
+
+Under ``TRITON_INTERPRET=1`` a kernel launch first *patches* ``triton.language`` (every builtin
+such as ``tl.load`` is swapped for its NumPy version; the originals come back when the launch
+ends). Triton 3.9's interpreter does the same again at every call of a ``@triton.jit`` helper
+inside the kernel (``_fp8_tiles``, ``_load_codes``, ...), although the launch has already patched
+the same modules: an ``inspect.getmembers`` over ``tl``, ``tl.tensor`` and ``tl.math`` each time,
+~1.5 ms. A helper called once per key tile pays that per tile: in ``l7_smoke.py`` the 508 launches
+called helpers 11,720 times, a quarter of the run's time.
+
+``install()`` makes that patching a no-op once the modules a helper sees have been patched in
+the same launch (by the launch itself or by an earlier helper: Triton's ``tl.sum`` and friends
+see ``tl.core`` as well), and changes nothing else: the first helper to see a module still
+patches it, and a Triton whose interpreter lacks the functions named here keeps its own
+behaviour. The results are the same bits: the functions called are the ones already installed.
+"""
+from __future__ import annotations
+
+import inspect
+
+
+def install() -> bool:
+    """Returns True if the interpreter was patched (False: an interpreter this does not know)."""
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter as interp
+        original, Scope = interp._patch_lang, interp._LangPatchScope
+    except (ImportError, AttributeError):
+        return False
+    if getattr(original, "_tll_skips_repatching", False):
+        return True
+    state = {"launch": False, "patched": set()}   # inside a launch? the modules patched since it began
+
+    def langs(fn) -> set:
+        return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
+
+    def patch_lang(fn):
+        mine = langs(fn)
+        if state["launch"] and mine <= state["patched"]:
+            return Scope()                        # patched already in this launch: nothing to do or undo
+        scope = original(fn)
+        state["patched"] |= mine
+        if not state["launch"]:                   # a launch (helpers only run inside one): forget at its end
+            state["launch"] = True
+            restore = scope.restore
+
+            def restore_and_forget():
+                state["launch"], state["patched"] = False, set()
+                restore()
+            scope.restore = restore_and_forget
+        return scope
+
+    patch_lang._tll_skips_repatching, patch_lang._tll_original = True, original
+    interp._patch_lang = patch_lang
+    return True

@@ -1,0 +1,59 @@
+"""plumbing/interpreter_patch.py: under the Triton interpreter, a @triton.jit helper called inside
+a kernel no longer re-patches triton.language once the launch has patched it, and the kernel's
+result is unchanged."""
+import pytest
+import torch
+
+from plumbing.runtime import INTERPRET
+
+import triton
+import triton.language as tl
+
+pytestmark = pytest.mark.skipif(not INTERPRET, reason="the Triton interpreter only (CPU)")
+
+
+@triton.jit
+def _scaled(x, j):
+    return x * (j + 1) + tl.sum(x, 0) * 0           # tl.sum: a Triton helper that sees tl.core too
+
+
+@triton.jit
+def _loop_kernel(x_ptr, out_ptr, STEPS: tl.constexpr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    x = tl.load(x_ptr + i)
+    acc = tl.zeros([N], tl.float32)
+    for j in range(STEPS):
+        acc += _scaled(x, j)
+    tl.store(out_ptr + i, acc)
+
+
+def run(monkeypatch, patched: bool) -> tuple[torch.Tensor, int]:
+    """The kernel's output, and how many times Triton's own _patch_lang ran."""
+    from triton.runtime import interpreter as interp
+    from plumbing import interpreter_patch
+    real = getattr(interp._patch_lang, "_tll_original", interp._patch_lang)
+    calls = []
+
+    def counting(fn):
+        calls.append(fn)
+        return real(fn)
+    monkeypatch.setattr(interp, "_patch_lang", counting)
+    if patched:
+        assert interpreter_patch.install()
+    x = torch.arange(16, dtype=torch.float32)
+    out = torch.empty_like(x)
+    _loop_kernel[(1,)](x, out, STEPS=20, N=16)
+    return out, len(calls)
+
+
+def test_helpers_stop_repatching_and_results_are_unchanged(monkeypatch):
+    out, n = run(monkeypatch, patched=True)
+    assert torch.equal(out, torch.arange(16, dtype=torch.float32) * sum(range(1, 21)))
+    assert n <= 3, f"Triton patched triton.language {n} times for one launch (expected: the launch, the first helper, tl.sum's first call)"
+
+
+def test_without_the_patch_every_helper_call_repatches(monkeypatch):
+    """The check above can fail: Triton's own behaviour, one patching per helper call."""
+    out, n = run(monkeypatch, patched=False)
+    assert torch.equal(out, torch.arange(16, dtype=torch.float32) * sum(range(1, 21)))
+    assert n > 20, n
