@@ -122,9 +122,9 @@ class GraphRunner:
         self.capture_s = time.perf_counter() - t0
 
     def replay_bucket(self, out) -> tuple | None:
-        """The graph this step replays, or None (eager): (B, q) for a uniform decode step, or a
-        uniform verify step of the captured q, that fits a bucket; ("prefill", T) for one request's
-        prefill of fewer than T tokens."""
+        """The graph this step replays, or None (eager): (B, 1) for a uniform decode step, (B, q')
+        for a uniform verify step of q' <= the captured q tokens a request, B the bucket it fits;
+        ("prefill", T) for one request's prefill of fewer than T tokens."""
         key = step_key(out, self.runner.bucket, self.verify is not None, self.prefill)
         return key if key in self.graphs else None
 

@@ -11,8 +11,11 @@ called helpers 11,720 times, a quarter of the run's time.
 ``install()`` makes that patching a no-op once the modules a helper sees have been patched in
 the same launch (by the launch itself or by an earlier helper: Triton's ``tl.sum`` and friends
 see ``tl.core`` as well), and changes nothing else: the first helper to see a module still
-patches it, and a Triton whose interpreter lacks the functions named here keeps its own
-behaviour. The results are the same bits: the functions called are the ones already installed.
+patches it, a helper called outside a launch is left to Triton, and a Triton whose interpreter
+lacks the functions named here keeps its own behaviour. A launch is known by wrapping
+``GridExecutor.__call__`` (a depth count, reset in ``finally``). The results are the same bits:
+the functions called are the ones already installed. (Triton 3.6 on the GPU machines never runs
+this: the interpreter is for machines without CUDA.)
 """
 from __future__ import annotations
 
@@ -24,32 +27,36 @@ def install() -> bool:
     try:
         import triton.language as tl
         from triton.runtime import interpreter as interp
-        original, Scope = interp._patch_lang, interp._LangPatchScope
+        original, Scope, Grid = interp._patch_lang, interp._LangPatchScope, interp.GridExecutor
+        launch = Grid.__call__
     except (ImportError, AttributeError):
         return False
     if getattr(original, "_tll_skips_repatching", False):
         return True
-    state = {"launch": False, "patched": set()}   # inside a launch? the modules patched since it began
+    state = {"depth": 0, "patched": set()}       # launches running; the modules patched since the first began
 
     def langs(fn) -> set:
         return {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core)}
 
     def patch_lang(fn):
         mine = langs(fn)
-        if state["launch"] and mine <= state["patched"]:
+        if state["depth"] and mine and mine <= state["patched"]:
             return Scope()                        # patched already in this launch: nothing to do or undo
-        scope = original(fn)
-        state["patched"] |= mine
-        if not state["launch"]:                   # a launch (helpers only run inside one): forget at its end
-            state["launch"] = True
-            restore = scope.restore
-
-            def restore_and_forget():
-                state["launch"], state["patched"] = False, set()
-                restore()
-            scope.restore = restore_and_forget
+        scope = original(fn)                      # (no tl in sight: Triton's own error, raised here)
+        if state["depth"]:
+            state["patched"] |= mine
         return scope
+
+    def counted_launch(self, *args, **kwargs):
+        state["depth"] += 1
+        try:
+            return launch(self, *args, **kwargs)  # patches tl first, restores it last (Triton's finally)
+        finally:
+            state["depth"] -= 1
+            if not state["depth"]:
+                state["patched"] = set()
 
     patch_lang._tll_skips_repatching, patch_lang._tll_original = True, original
     interp._patch_lang = patch_lang
+    Grid.__call__ = counted_launch
     return True

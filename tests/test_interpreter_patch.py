@@ -38,6 +38,7 @@ def run(monkeypatch, patched: bool) -> tuple[torch.Tensor, int]:
         calls.append(fn)
         return real(fn)
     monkeypatch.setattr(interp, "_patch_lang", counting)
+    monkeypatch.setattr(interp.GridExecutor, "__call__", interp.GridExecutor.__call__)   # undone after the test
     if patched:
         assert interpreter_patch.install()
     x = torch.arange(16, dtype=torch.float32)
@@ -57,3 +58,13 @@ def test_without_the_patch_every_helper_call_repatches(monkeypatch):
     out, n = run(monkeypatch, patched=False)
     assert torch.equal(out, torch.arange(16, dtype=torch.float32) * sum(range(1, 21)))
     assert n > 20, n
+
+
+def test_a_helper_called_outside_a_kernel_leaves_no_state_behind(monkeypatch):
+    """Called from Python (not inside a launch) a helper fails as in Triton, and the next launch
+    is counted and patched as usual."""
+    with pytest.raises(Exception):
+        _scaled(torch.ones(2), 1)
+    out, n = run(monkeypatch, patched=True)
+    assert torch.equal(out, torch.arange(16, dtype=torch.float32) * sum(range(1, 21))) and 1 <= n <= 3
+
