@@ -141,11 +141,12 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int, at_most_waves: bool = False) -> int:
+def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
+                    at_most_waves: bool = False) -> int:
     """Splits per sequence, from host ints only. 1 while the unsplit grid already has a program
     per SM; otherwise enough for WAVES programs per SM, but at least MIN_KEYS_PER_SPLIT keys each.
-    ``at_most_waves``: round down instead, never past WAVES programs per SM (stage 9's e4m3 kernel:
-    H100, 8 x 8192, 8 KV heads, 132 SMs: 6 splits 66.5 us, 7 splits 73.1 us; 396 // 64 = 6)."""
+    ``at_most_waves``: round down instead, never past WAVES programs per SM (stage 9's e4m3 kernel,
+    l9_fp8_kv.attention_split.fp8_num_splits)."""
     base = num_seqs * num_kv_heads
     if base >= num_sms:
         return 1

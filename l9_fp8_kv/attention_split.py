@@ -23,7 +23,7 @@ import triton.language as tl
 
 from l3_paged.attention_triton import LOG2E
 from l3_paged.kernel_config import KernelConfig
-from l7_fast.attention_split import _merge, _split_chunk, split_config
+from l7_fast.attention_split import _merge, _split_chunk, pick_num_splits, split_config
 
 from .attention import NO_WINDOW, _fp8_tiles, _tensor_scales, check_fp8_cache, dot_dtype, paged_attention_fp8
 from .write import kernel_view
@@ -35,6 +35,14 @@ def fp8_split_config(num_seqs: int, g_pad: int, d_pad: int, dtype) -> KernelConf
     7 splits, 88.8 us at 128 keys against 112.6 us at 64; 4 warps, 2 stages stay best."""
     cfg = split_config(num_seqs, g_pad, d_pad, dtype)
     return cfg if INTERPRET or cfg.block_n != 64 else dataclasses.replace(cfg, block_n=128)
+
+
+def fp8_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int) -> int:
+    """Key splits of a decode step over an e4m3 cache: stage 7's rule rounded down, never past WAVES
+    programs per SM. For this kernel a last, partial wave cost more than it shared (H100, 8 x 8,192,
+    8 KV heads, 132 SMs: 6 splits 66.5 us, 7 splits 73.1 us, 8 splits 77.6 us; docs/benchmarks.md,
+    stage 9). Why it differs from the bf16 kernel there is not profiled."""
+    return pick_num_splits(num_seqs, num_kv_heads, max_kv_len, num_sms, at_most_waves=True)
 
 
 @triton.jit(do_not_specialize=["num_splits", "window"])

@@ -20,13 +20,12 @@ from __future__ import annotations
 import torch
 
 from l3_paged.validate import check_paged_layout
-from l7_fast.attention_split import pick_num_splits
 from l7_fast.cache import FastMeta
 from l8_sliding_window.cache import WindowedKVCache
 from l8_sliding_window.groups import KVGroup, group_size
 
 from .attention import check_fp8_cache, fp8_attention_ref, paged_attention_fp8
-from .attention_split import paged_attention_fp8_split
+from .attention_split import fp8_num_splits, paged_attention_fp8_split
 from .e4m3 import FP8, quantize_kv
 
 KV_CACHE_DTYPES = {"fp8": False, "fp8_e4m3": False, "fp8_per_token_head": True}   # name -> per token-head?
@@ -66,11 +65,8 @@ class Fp8KVCache(WindowedKVCache):
         check_paged_layout(q, like_q, like_q, cu_seqlens_q, seq_lens_kv, block_table)
 
     def num_splits(self, batch: int, max_kv_len: int, num_sms: int) -> int:
-        """Stage 7's rule rounded down, never past WAVES programs per SM: for the e4m3 kernel a last,
-        partial wave cost more than it shared (H100, 8 x 8,192: 7 splits 73.1 us, 6 splits 66.5 us,
-        8 splits 77.6 us; docs/benchmarks.md, stage 9). Why it differs from bf16's kernel there
-        is not profiled."""
-        return pick_num_splits(batch, self.K[0].shape[2], max_kv_len, num_sms, at_most_waves=True)
+        """The e4m3 kernel's own split rule (attention_split.fp8_num_splits)."""
+        return fp8_num_splits(batch, self.K[0].shape[2], max_kv_len, num_sms)
 
     def set_kv(self, layer: int, slot_mapping, k, v) -> None:
         """The torch path's write (TorchOps and the tests): quantize, then store codes and scales."""

@@ -52,6 +52,7 @@ from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 from l7_fast.attention_split import _num_sms, paged_attention_split, pick_num_splits  # noqa: E402
 from l9_fp8_kv import fp8_attention_ref, paged_attention_fp8_split  # noqa: E402
 from l9_fp8_kv.attention import quantize_batch  # noqa: E402
+from l9_fp8_kv.attention_split import fp8_num_splits  # noqa: E402
 
 H_Q, H_KV, D, BS = 32, 8, 128, 16
 
@@ -60,8 +61,7 @@ H_Q, H_KV, D, BS = 32, 8, 128, 16
 def decode_row(device, dtype, B, ctx, bw):
     base = make_paged_batch([1] * B, [ctx] * B, H_Q, H_KV, D, BS, dtype, device, spare_blocks=0)
     sms = _num_sms(torch.device(device))
-    ns = pick_num_splits(B, H_KV, ctx, sms)                                # the engine's rule per cache (cache.num_splits)
-    ns8 = pick_num_splits(B, H_KV, ctx, sms, at_most_waves=True)
+    ns, ns8 = pick_num_splits(B, H_KV, ctx, sms), fp8_num_splits(B, H_KV, ctx, sms)   # each cache's rule (cache.num_splits)
     row = dict(B=B, ctx=ctx, splits=ns, fp8_splits=ns8)
     row["bf16_ms"] = timed(device, lambda: paged_attention_split(*base, max_seqlen_q=1, max_seqlen_kv=ctx,
                                                                  num_splits=ns))
@@ -127,7 +127,7 @@ def report(rows, e2e, name, dtype, bw, args, seconds) -> list[str]:
     for r in rows:
         fr = "/".join(f"{100 * r[k + '_copy_frac']:.0f}%" if r[k + "_copy_frac"] else "-"
                       for k in ("bf16", "fp8", "fp8_per_token_head"))
-        lines.append(f"| {r['B']} x {r['ctx']} | {r['splits']} / {r.get('fp8_splits', r['splits'])} | {r['bf16_ms'] * 1e3:.1f} us | {r['fp8_ms'] * 1e3:.1f} us "
+        lines.append(f"| {r['B']} x {r['ctx']} | {r['splits']} / {r['fp8_splits']} | {r['bf16_ms'] * 1e3:.1f} us | {r['fp8_ms'] * 1e3:.1f} us "
                      f"| {r['fp8_speedup']:.2f}x | {r['fp8_per_token_head_ms'] * 1e3:.1f} us | "
                      f"{r['fp8_per_token_head_speedup']:.2f}x | {r['sdpa_ms'] * 1e3:.1f} us | {fr} |")
     if e2e:

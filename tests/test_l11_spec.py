@@ -241,7 +241,7 @@ def test_l11_host_cost_script_runs_and_its_token_check_can_fail(monkeypatch, cap
 def test_l11_alone_every_step_after_the_prefill_has_a_graph_to_replay(alpha):
     """One request, k 4, to its length limit: every decode and verify step is a shape the GPU's
     GraphRunner captures (graphs.graph_keys, buckets of the runner), including the last steps, which
-    verify fewer guesses (an eager step costs ~20 ms of host on an H100, against ~1.3 ms replayed)."""
+    verify fewer guesses (an eager step cost ~15 ms of host on an H100, against ~1.4 ms replayed)."""
     from l7_fast.graphs import graph_keys, step_key
     prompt = PROMPTS[0]
     ref = run(Stage9("tiny-qwen3", **FAST), [prompt], n=23)
