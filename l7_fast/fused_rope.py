@@ -27,12 +27,12 @@ squares. Tolerances: fp32 1e-5, fp16 1e-3, bf16 1.5e-2.
                                 (padding rows of a CUDA-graph batch; the torch path has no such rows)
     q_out        [T, H_q, D]    the roped q (may be q itself)
 
-Grid: (T, cdiv(H_q, BLOCK_H) + cdiv(H_kv, BLOCK_H)). A program owns BLOCK_H heads of one token,
-as a [BLOCK_H, D/2] tile per half: the first groups normalise and rope q heads and write them to
-q_out; the rest do k heads, write them into the cache and copy v's heads beside them. On a GPU
-BLOCK_H = 1 (one head per program, as measured below); under the interpreter, which pays for each
-program and each op rather than each element, one program takes all heads of a kind (3-4x fewer
-programs for the tiny models). Bytes: read T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
+Grid: (cdiv(T, BLOCK_T), cdiv(H_q, BLOCK_H) + cdiv(H_kv, BLOCK_H)). A program owns BLOCK_H heads
+of BLOCK_T tokens, as a [BLOCK_T * BLOCK_H, D/2] tile per half (a row per token and head): the first
+groups normalise and rope q heads and write them to q_out; the rest do k heads, write them into the
+cache and copy v's heads beside them. On a GPU BLOCK_T = BLOCK_H = 1 (one head of one token per
+program, as measured below); under the interpreter, which pays for each program and each op rather
+than each element, one program takes all heads of a kind for up to 64 tokens. Bytes: read T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
 On the H200 that grid is the weak point: 26% of copy bandwidth at 4096 tokens (98k one-warp
 programs), though 6x faster than the torch path; one program per token over a [heads, D/2] tile
 is the next step (docs/l7_kernels_h200.md).
@@ -80,24 +80,26 @@ def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constex
 
 @triton.jit
 def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
-                               qo_ptr, kc_ptr, vc_ptr, slot_ptr, inv_d, eps, H_q, H_kv,
+                               qo_ptr, kc_ptr, vc_ptr, slot_ptr, inv_d, eps, T, H_q, H_kv,
                                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                                stride_ct, stride_st, stride_ot, stride_oh,
                                stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
                                BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                               HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
+                               HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
     g = tl.program_id(1)                                                # a group of BLOCK_H heads
+    r = tl.arange(0, BLOCK_T * BLOCK_H)[:, None]                        # rows: BLOCK_T tokens x BLOCK_H heads
+    t = tl.program_id(0).to(tl.int64) * BLOCK_T + r // BLOCK_H          # [ROWS, 1] each row's token
+    j = r % BLOCK_H                                                     # [ROWS, 1] its head in the group
     d = tl.arange(0, HALF_PAD)[None, :]                                 # [1, HALF_PAD]
-    j = tl.arange(0, BLOCK_H)[:, None]                                  # [BLOCK_H, 1]
-    c1 = tl.load(cos_ptr + t * stride_ct + d, mask=d < HALF, other=0.0)
-    c2 = tl.load(cos_ptr + t * stride_ct + HALF + d, mask=d < HALF, other=0.0)
-    s1 = tl.load(sin_ptr + t * stride_st + d, mask=d < HALF, other=0.0)
-    s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=d < HALF, other=0.0)
+    in_t = (t < T) & (d < HALF)
+    c1 = tl.load(cos_ptr + t * stride_ct + d, mask=in_t, other=0.0)
+    c2 = tl.load(cos_ptr + t * stride_ct + HALF + d, mask=in_t, other=0.0)
+    s1 = tl.load(sin_ptr + t * stride_st + d, mask=in_t, other=0.0)
+    s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=in_t, other=0.0)
     q_groups = tl.cdiv(H_q, BLOCK_H)
     if g < q_groups:                                                    # q heads
         h = g * BLOCK_H + j
-        ok = (h < H_q) & (d < HALF)
+        ok = (h < H_q) & in_t
         o1, o2 = _norm_rope(q_ptr + t * stride_qt + h * stride_qh, qw_ptr, c1, c2, s1, s2, d, ok,
                             inv_d, eps, HALF, HAS_NORM, True)
         dst = qo_ptr + t * stride_ot + h * stride_oh
@@ -105,25 +107,30 @@ def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw
         tl.store(dst + HALF + d, o2, mask=ok)
     else:                                                               # kv heads: k roped, v as is
         kh = (g - q_groups) * BLOCK_H + j
-        ok = (kh < H_kv) & (d < HALF)
-        slot = tl.load(slot_ptr + t)
-        if slot >= 0:
-            o1, o2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
-                                inv_d, eps, HALF, HAS_NORM, True)
-            blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE            # flat slot -> (block, offset)
-            kc = kc_ptr + blk * stride_kcb + off * stride_kcs + kh * stride_kch
-            tl.store(kc + d, o1, mask=ok)
-            tl.store(kc + HALF + d, o2, mask=ok)
-            v_src = v_ptr + t * stride_vt + kh * stride_vh
-            vc = vc_ptr + blk * stride_vcb + off * stride_vcs + kh * stride_vch
-            tl.store(vc + d, tl.load(v_src + d, mask=ok), mask=ok)
-            tl.store(vc + HALF + d, tl.load(v_src + HALF + d, mask=ok), mask=ok)
+        slot = tl.load(slot_ptr + t, mask=t < T, other=-1)              # [ROWS, 1]
+        ok = (kh < H_kv) & in_t & (slot >= 0)                           # slot < 0: a padding row, no write
+        o1, o2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
+                            inv_d, eps, HALF, HAS_NORM, True)
+        blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE                # flat slot -> (block, offset)
+        kc = kc_ptr + blk * stride_kcb + off * stride_kcs + kh * stride_kch
+        tl.store(kc + d, o1, mask=ok)
+        tl.store(kc + HALF + d, o2, mask=ok)
+        v_src = v_ptr + t * stride_vt + kh * stride_vh
+        vc = vc_ptr + blk * stride_vcb + off * stride_vcs + kh * stride_vch
+        tl.store(vc + d, tl.load(v_src + d, mask=ok), mask=ok)
+        tl.store(vc + HALF + d, tl.load(v_src + HALF + d, mask=ok), mask=ok)
 
 
 def _heads_per_program(H_q: int, H_kv: int) -> int:
     """BLOCK_H. On a GPU one head per program (the measured layout). The interpreter pays per
     program and per op, not per element: there one program takes every head of its kind."""
     return triton.next_power_of_2(max(H_q, H_kv)) if INTERPRET else 1
+
+
+def _tokens_per_program(T: int) -> int:
+    """BLOCK_T. On a GPU one token per program. Under the interpreter up to 64 tokens (a prompt's
+    prefill was one program per token: 17 of the 42 s of a CPU ``l7_smoke.py``)."""
+    return min(64, triton.next_power_of_2(T)) if INTERPRET else 1
 
 
 def _need(ok, message):
@@ -170,14 +177,15 @@ def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_n
     qw, kw = norm_w or (q, q)                                          # unused without HAS_NORM
     bh = heads_per_program or _heads_per_program(H_q, H_kv)
     _need(bh & (bh - 1) == 0, lambda: f"heads_per_program must be a power of two, got {bh}")
-    _qk_norm_rope_write_kernel[(T, triton.cdiv(H_q, bh) + triton.cdiv(H_kv, bh))](
-        q, k, v, cos, sin, qw, kw, q_out, k_cache, v_cache, slot_mapping, 1.0 / D, float(eps), H_q, H_kv,
+    bt = _tokens_per_program(T)
+    _qk_norm_rope_write_kernel[(triton.cdiv(T, bt), triton.cdiv(H_q, bh) + triton.cdiv(H_kv, bh))](
+        q, k, v, cos, sin, qw, kw, q_out, k_cache, v_cache, slot_mapping, 1.0 / D, float(eps), T, H_q, H_kv,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         cos.stride(0), sin.stride(0), q_out.stride(0), q_out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         BLOCK_SIZE=block_size, HALF=D // 2, HALF_PAD=triton.next_power_of_2(D // 2),
-        HAS_NORM=bool(norm_w), BLOCK_H=bh, num_warps=1 if D <= 128 else 2,
+        HAS_NORM=bool(norm_w), BLOCK_H=bh, BLOCK_T=bt, num_warps=1 if D <= 128 else 2,
         # No fma: with fusion on (Triton's default) the GPU computed x1*cos1 - x2*sin1 with one
         # rounding instead of three, and only ~80% of bf16/fp16 elements matched torch (H200).
         enable_fp_fusion=False)

@@ -1,8 +1,8 @@
 """Stage 7's fused q/k-norm + RoPE + KV write, quantizing K and V to e4m3 as it writes them.
 
-Stage 7's kernel (l7_fast/fused_rope.py) gives one program to each (token, head): q heads are
-normed and roped into q_out, k heads roped and stored in the cache beside their v head. Here the
-k/v program rounds what it stores:
+Stage 7's kernel (l7_fast/fused_rope.py), one program to each head of BLOCK_T tokens (1 on a GPU,
+up to 64 under the interpreter, a row per token): q heads are normed and roped into q_out, k heads
+roped and stored in the cache beside their v head. Here the k/v program rounds what it stores:
 
     scale  per token-head: amax(|k_head|) / 448, written beside the block (ks[block, offset, head])
            per tensor:     read from the layer's one value (the scale tensor has every stride 0)
@@ -31,15 +31,16 @@ from .e4m3 import FP8, FP8_MAX, e4m3_encode
 
 
 @triton.jit
-def _head_scale(x1, x2, ptr, PER_TOKEN: tl.constexpr):
-    """One head's scale: computed from its values and stored, or the layer's one value, read."""
+def _head_scale(x1, x2, ptr, ok, PER_TOKEN: tl.constexpr):
+    """Each row's (token's) scale for one head, [ROWS, 1]: computed from its values and stored, or
+    the layer's one value, read. ``ptr`` [ROWS, 1]; ``ok`` [ROWS, 1]: the rows written."""
     if PER_TOKEN:
-        amax = tl.maximum(tl.max(tl.abs(x1.to(tl.float32)), 0), tl.max(tl.abs(x2.to(tl.float32)), 0))
+        amax = tl.maximum(tl.max(tl.abs(x1.to(tl.float32)), 1), tl.max(tl.abs(x2.to(tl.float32)), 1))[:, None]
         scale = tl.math.div_rn(amax, 448.0)
         scale = tl.where(scale == 0.0, 1.0, scale)                      # an all-zero head: any scale works
-        tl.store(ptr, scale)
+        tl.store(ptr, scale, mask=ok)
         return scale
-    return tl.load(ptr)
+    return tl.load(ptr, mask=ok, other=1.0)
 
 
 @triton.jit
@@ -53,42 +54,44 @@ def _store_e4m3(dst, x, d, ok, scale, BY_HAND: tl.constexpr):
 
 @triton.jit
 def _rope_write_fp8_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, qo_ptr, kc_ptr, vc_ptr,
-                           ks_ptr, vs_ptr, slot_ptr, inv_d, eps, H_q, stride_qt, stride_qh, stride_kt, stride_kh,
+                           ks_ptr, vs_ptr, slot_ptr, inv_d, eps, T, H_q, stride_qt, stride_qh, stride_kt, stride_kh,
                            stride_vt, stride_vh, stride_ct, stride_st, stride_ot, stride_oh,
                            stride_cb, stride_cs, stride_ch, stride_sb, stride_ss, stride_sh,
                            BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                           HAS_NORM: tl.constexpr, PER_TOKEN: tl.constexpr, BY_HAND: tl.constexpr):
-    t = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    d = tl.arange(0, HALF_PAD)
-    ok = d < HALF
+                           HAS_NORM: tl.constexpr, PER_TOKEN: tl.constexpr, BY_HAND: tl.constexpr,
+                           BLOCK_T: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)[:, None]   # [BLOCK_T, 1] tokens
+    h = tl.program_id(1)                                                # one head
+    d = tl.arange(0, HALF_PAD)[None, :]                                 # [1, HALF_PAD]
+    ok = (t < T) & (d < HALF)
     c1 = tl.load(cos_ptr + t * stride_ct + d, mask=ok, other=0.0)
     c2 = tl.load(cos_ptr + t * stride_ct + HALF + d, mask=ok, other=0.0)
     s1 = tl.load(sin_ptr + t * stride_st + d, mask=ok, other=0.0)
     s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=ok, other=0.0)
     if h < H_q:                                                         # a q head: as stage 7
         o1, o2 = _norm_rope(q_ptr + t * stride_qt + h * stride_qh, qw_ptr, c1, c2, s1, s2, d, ok,
-                            inv_d, eps, HALF, HAS_NORM)
+                            inv_d, eps, HALF, HAS_NORM, True)
         dst = qo_ptr + t * stride_ot + h * stride_oh
         tl.store(dst + d, o1, mask=ok)
         tl.store(dst + HALF + d, o2, mask=ok)
     else:                                                               # a kv head: quantized into the cache
         kh = h - H_q
-        slot = tl.load(slot_ptr + t)
-        if slot >= 0:
-            k1, k2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
-                                inv_d, eps, HALF, HAS_NORM)
-            v_src = v_ptr + t * stride_vt + kh * stride_vh
-            v1, v2 = tl.load(v_src + d, mask=ok, other=0.0), tl.load(v_src + HALF + d, mask=ok, other=0.0)
-            blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE
-            sc = blk * stride_sb + off * stride_ss + kh * stride_sh
-            k_scale = _head_scale(k1, k2, ks_ptr + sc, PER_TOKEN)
-            v_scale = _head_scale(v1, v2, vs_ptr + sc, PER_TOKEN)
-            cache = blk * stride_cb + off * stride_cs + kh * stride_ch
-            _store_e4m3(kc_ptr + cache, k1, d, ok, k_scale, BY_HAND)
-            _store_e4m3(kc_ptr + cache + HALF, k2, d, ok, k_scale, BY_HAND)
-            _store_e4m3(vc_ptr + cache, v1, d, ok, v_scale, BY_HAND)
-            _store_e4m3(vc_ptr + cache + HALF, v2, d, ok, v_scale, BY_HAND)
+        slot = tl.load(slot_ptr + t, mask=t < T, other=-1)              # [BLOCK_T, 1]
+        ok = ok & (slot >= 0)                                           # slot < 0: a padding row, no write
+        k1, k2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
+                            inv_d, eps, HALF, HAS_NORM, True)
+        v_src = v_ptr + t * stride_vt + kh * stride_vh
+        v1, v2 = tl.load(v_src + d, mask=ok, other=0.0), tl.load(v_src + HALF + d, mask=ok, other=0.0)
+        blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE
+        sc = blk * stride_sb + off * stride_ss + kh * stride_sh
+        row_ok = (t < T) & (slot >= 0)
+        k_scale = _head_scale(k1, k2, ks_ptr + sc, row_ok, PER_TOKEN)
+        v_scale = _head_scale(v1, v2, vs_ptr + sc, row_ok, PER_TOKEN)
+        cache = blk * stride_cb + off * stride_cs + kh * stride_ch
+        _store_e4m3(kc_ptr + cache, k1, d, ok, k_scale, BY_HAND)
+        _store_e4m3(kc_ptr + cache + HALF, k2, d, ok, k_scale, BY_HAND)
+        _store_e4m3(vc_ptr + cache, v1, d, ok, v_scale, BY_HAND)
+        _store_e4m3(vc_ptr + cache + HALF, v2, d, ok, v_scale, BY_HAND)
 
 
 def kernel_view(cache: torch.Tensor) -> torch.Tensor:
@@ -121,13 +124,14 @@ def rope_write_fp8(q, k, v, cos, sin, k_cache, v_cache, k_scale, v_scale, slot_m
     norm = q_norm_weight is not None
     qw, kw = (q_norm_weight, k_norm_weight) if norm else (q, q)
     kc, vc = kernel_view(k_cache), kernel_view(v_cache)
-    _rope_write_fp8_kernel[(T, H_q + H_kv)](
-        q, k, v, cos, sin, qw, kw, q_out, kc, vc, k_scale, v_scale, slot_mapping, 1.0 / D, float(eps), H_q,
+    bt = min(64, triton.next_power_of_2(T)) if INTERPRET else 1       # tokens per program (as stage 7's)
+    _rope_write_fp8_kernel[(triton.cdiv(T, bt), H_q + H_kv)](
+        q, k, v, cos, sin, qw, kw, q_out, kc, vc, k_scale, v_scale, slot_mapping, 1.0 / D, float(eps), T, H_q,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos.stride(0), sin.stride(0),
         q_out.stride(0), q_out.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         k_scale.stride(0), k_scale.stride(1), k_scale.stride(2),
         BLOCK_SIZE=block_size, HALF=D // 2, HALF_PAD=triton.next_power_of_2(D // 2), HAS_NORM=norm,
-        PER_TOKEN=per_token, BY_HAND=INTERPRET, num_warps=1 if D <= 128 else 2, enable_fp_fusion=False)
+        PER_TOKEN=per_token, BY_HAND=INTERPRET, BLOCK_T=bt, num_warps=1 if D <= 128 else 2, enable_fp_fusion=False)
     return q_out
 
 

@@ -87,6 +87,7 @@ def _gpu_tiles(mp) -> None:
     mp.setattr(kernel_config, "INTERPRET", False)
     mp.setattr(attention_split, "INTERPRET", False)
     mp.setattr(gemv, "INTERPRET", False)
+    mp.setattr(fused_rope, "_tokens_per_program", lambda T: 1)   # the interpreter's varies with T; the GPU's is 1
     pick = kernel_config.pick_config
 
     def sixteen_bit_tiles(max_seqlen_q, num_tokens, num_seqs, g_pad, d_pad, dtype):
