@@ -160,3 +160,11 @@ def test_l9_cache_splits_decode_keys_into_at_most_waves_programs_per_sm():
     for b in (1, 2, 4, 8, 16):
         assert b * 8 * fp8(b, 32768) <= WAVES * 132 < b * 8 * bf16(b, 32768) + b * 8
     assert pick_num_splits(8, 8, 8192, 132) == bf16(8, 8192)               # stage 7 unchanged
+
+
+def test_fp8_decode_study_variants_compute_the_same_decode(tmp_path):
+    """scripts/fp8_decode_study.py's kernel variants (lesson 9's "why not 2x") are each checked
+    against stage 9's reference; a variant that computes something else makes it exit 1."""
+    from scripts.fp8_decode_study import main
+    assert main(["--quick", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "fp8_decode_study.json").exists()
