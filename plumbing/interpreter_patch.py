@@ -1,4 +1,5 @@
-"""A speed-up of the Triton interpreter, for the CPU runs (tests, lessons, smoke scripts).
+"""Two speed-ups of the Triton interpreter, for the CPU runs (tests, lessons, smoke scripts).
+The second, ``skip_overflow_checks``, is at the end of this file; the first:
 
 Under ``TRITON_INTERPRET=1`` a kernel launch first *patches* ``triton.language`` (every builtin
 such as ``tl.load`` is swapped for its NumPy version; the originals come back when the launch
@@ -19,6 +20,7 @@ this: the interpreter is for machines without CUDA.)
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 
@@ -59,4 +61,19 @@ def install() -> bool:
     patch_lang._tll_skips_repatching, patch_lang._tll_original = True, original
     interp._patch_lang = patch_lang
     Grid.__call__ = counted_launch
+    skip_overflow_checks(interp)
     return True
+
+
+def skip_overflow_checks(interp) -> bool:
+    """Triton's int32 overflow check on every integer add, sub and mul (an int64 copy, two compares,
+    a ``device_assert``) asserts only in debug mode, and the interpreter still built the check for
+    every op: a quarter of a CPU chain row's time, spent on an assert that was then dropped. Build
+    it only when the interpreter's ``debug`` option is on, as a compiled kernel keeps it only in
+    debug mode. Returns whether the checks are on."""
+    builder = getattr(interp, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is None or not hasattr(options, "sanitize_overflow") or not hasattr(options, "debug"):
+        return True                               # an interpreter this does not know: its own default
+    builder.options = dataclasses.replace(options, sanitize_overflow=bool(options.debug))   # frozen dataclass
+    return builder.options.sanitize_overflow

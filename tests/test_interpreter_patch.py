@@ -68,3 +68,33 @@ def test_a_helper_called_outside_a_kernel_leaves_no_state_behind(monkeypatch):
     out, n = run(monkeypatch, patched=True)
     assert torch.equal(out, torch.arange(16, dtype=torch.float32) * sum(range(1, 21))) and 1 <= n <= 3
 
+
+
+@triton.jit
+def _add_kernel(out_ptr, a, b):
+    tl.store(out_ptr, a + b)
+
+
+@pytest.fixture
+def builder_options():
+    from triton.runtime import interpreter as interp
+    saved = interp.interpreter_builder.options
+    yield interp
+    interp.interpreter_builder.options = saved
+
+
+def test_int32_overflow_checks_are_built_only_when_they_can_assert(builder_options):
+    """Triton asserts its int32 overflow checks only in debug mode; the interpreter built them for
+    every integer op anyway (a quarter of a chain row's time). After the patch they are built only
+    with debug on, and then 2**31 - 1 + 1 is still caught."""
+    import dataclasses
+    from plumbing.interpreter_patch import skip_overflow_checks
+    out = torch.zeros(1, dtype=torch.int32)
+    assert skip_overflow_checks(builder_options) is False
+    _add_kernel[(1,)](out, 2**31 - 1, 1)
+    assert out.item() == -2**31                       # wraps, as a compiled kernel without debug does
+    b = builder_options.interpreter_builder
+    b.options = dataclasses.replace(b.options, debug=True)
+    assert skip_overflow_checks(builder_options) is True
+    with pytest.raises(Exception, match="overflow"):
+        _add_kernel[(1,)](out, 2**31 - 1, 1)
