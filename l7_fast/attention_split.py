@@ -66,45 +66,20 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt
                      stride_kb, stride_ks, stride_kh,          # k   [num_blocks, block_size, H_kv, D]
                      stride_vb, stride_vs, stride_vh,          # v   same layout
                      stride_bt,                                # block_table [S, max_blocks]
-                     o_ptr, count_ptr, stride_ot, stride_oh,   # FOLD: out [S, H_q, D], counters [S * H_kv]
                      BLOCK_SIZE: tl.constexpr, G: tl.constexpr, ROWS: tl.constexpr,
                      HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                     UPCAST: tl.constexpr, FOLD: tl.constexpr = False, SPLITS_PAD: tl.constexpr = 1,
-                     FENCE: tl.constexpr = False):
+                     UPCAST: tl.constexpr):
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     seq = tl.program_id(2)
-    kv_len = tl.load(kv_lens_ptr + seq)
-    chunk = _split_chunk(kv_len, num_splits, BLOCK_N)
-    lo = split * chunk
-    if lo < kv_len:                      # a short sequence uses fewer splits; the merge knows
-        _split_partials(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, bt_ptr, qk_scale, num_splits, kv_head, split,
-                        seq, kv_len, lo, chunk, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb,
-                        stride_vs, stride_vh, stride_bt, BLOCK_SIZE, G, ROWS, HEAD_DIM, D_PAD, BLOCK_N, UPCAST)
-    if FOLD:                             # the last of the sequence's splits to finish merges them
-        _fence(FENCE)                    # this program's partials visible GPU-wide...
-        tl.debug_barrier()               # ...from every thread, before the count says so
-        count = count_ptr + seq * tl.num_programs(0) + kv_head
-        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
-            tl.atomic_xchg(count, 0, sem="relaxed", scope="gpu")        # ready for the next launch
-            _fence(FENCE)
-            n_valid = tl.cdiv(kv_len, chunk)
-            for g in tl.static_range(G):
-                head = kv_head * G + g
-                _merge_head_loop(acc_ptr, m_ptr, l_ptr, o_ptr + seq.to(tl.int64) * stride_ot + head * stride_oh,
-                                 (seq.to(tl.int64) * (tl.num_programs(0) * G) + head) * num_splits, n_valid,
-                                 HEAD_DIM, D_PAD, SPLITS_PAD)
-
-
-@triton.jit
-def _split_partials(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, bt_ptr, qk_scale, num_splits, kv_head, split, seq,
-                    kv_len, lo, chunk, stride_qt, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs,
-                    stride_vh, stride_bt, BLOCK_SIZE: tl.constexpr, G: tl.constexpr, ROWS: tl.constexpr,
-                    HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr):
-    """One split's keys [lo, lo + chunk) of one sequence and kv head: partial state to acc/m/l."""
     k_head = k_ptr + kv_head * stride_kh                 # this kv head's K and V, and the sequence's
     v_head = v_ptr + kv_head * stride_vh                 # block-table row: what stage 3's loop walks
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
+    kv_len = tl.load(kv_lens_ptr + seq)
+    chunk = _split_chunk(kv_len, num_splits, BLOCK_N)
+    lo = split * chunk
+    if lo >= kv_len:                     # a short sequence uses fewer splits; the merge knows
+        return
     hi = tl.minimum(lo + chunk, kv_len)
     full_hi = lo + (hi - lo) // BLOCK_N * BLOCK_N        # [lo, full_hi) unmasked, [full_hi, hi) masked
 
@@ -137,49 +112,6 @@ def _split_partials(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, bt_ptr, qk_scale
     tl.store(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=io_mask)
 
 
-@triton.jit
-def _fence(FENCE: tl.constexpr):
-    """A GPU-scope memory fence in every thread (the interpreter runs programs one by one: none)."""
-    if FENCE:
-        tl.inline_asm_elementwise("fence.acq_rel.gpu; // $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _merge_head(acc_ptr, m_ptr, l_ptr, o_row, part0, n_valid, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
-                SPLITS_PAD: tl.constexpr, CACHE: tl.constexpr):
-    """One head's n_valid partials (at part0, part0 + 1, ...) merged into its output row o_row.
-    CACHE ".cg": read from L2, past this SM's L1 (the partials were written by other SMs)."""
-    sp = tl.arange(0, SPLITS_PAD)
-    ok = sp < n_valid
-    part = part0 + sp                                    # [SPLITS_PAD]
-    m = tl.load(m_ptr + part, mask=ok, other=float("-inf"), cache_modifier=CACHE)
-    l = tl.load(l_ptr + part, mask=ok, other=0.0, cache_modifier=CACHE)
-    w = tl.where(ok, tl.exp2(m - tl.max(m, 0)), 0.0)     # [SPLITS_PAD] rescale to the common max
-    offs_d = tl.arange(0, D_PAD)
-    acc = tl.load(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :],
-                  mask=ok[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0, cache_modifier=CACHE)
-    out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)                    # [D_PAD]
-    tl.store(o_row + offs_d, out.to(o_row.dtype.element_ty), mask=offs_d < HEAD_DIM)
-
-
-@triton.jit
-def _merge_head_loop(acc_ptr, m_ptr, l_ptr, o_row, part0, n_valid, HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr,
-                     SPLITS_PAD: tl.constexpr):
-    """``_merge_head`` one split at a time (a [D] row in registers, not [splits, D]: the split
-    kernel's registers stay what its key loop needs). Reads from L2 (.cg): other SMs wrote them."""
-    sp = tl.arange(0, SPLITS_PAD)
-    top = tl.max(tl.load(m_ptr + part0 + sp, mask=sp < n_valid, other=float("-inf"), cache_modifier=".cg"), 0)
-    offs_d = tl.arange(0, D_PAD)
-    acc = tl.zeros([D_PAD], tl.float32)
-    den = 0.0
-    for i in range(n_valid):
-        w = tl.exp2(tl.load(m_ptr + part0 + i, cache_modifier=".cg") - top)     # rescale to the common max
-        den += w * tl.load(l_ptr + part0 + i, cache_modifier=".cg")
-        acc += w * tl.load(acc_ptr + (part0 + i) * HEAD_DIM + offs_d, mask=offs_d < HEAD_DIM, other=0.0,
-                           cache_modifier=".cg")
-    tl.store(o_row + offs_d, (acc / den).to(o_row.dtype.element_ty), mask=offs_d < HEAD_DIM)
-
-
 @triton.jit(do_not_specialize=["num_splits"])
 def _merge_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, kv_lens_ptr, num_splits, stride_ot, stride_oh,
                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
@@ -188,9 +120,18 @@ def _merge_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, kv_lens_ptr, num_splits, stride_
     head = tl.program_id(1)
     kv_len = tl.load(kv_lens_ptr + seq)
     n_valid = tl.cdiv(kv_len, _split_chunk(kv_len, num_splits, BLOCK_N))   # splits that ran
-    _merge_head(acc_ptr, m_ptr, l_ptr, o_ptr + seq.to(tl.int64) * stride_ot + head * stride_oh,
-                (seq.to(tl.int64) * tl.num_programs(1) + head) * num_splits, n_valid, HEAD_DIM, D_PAD,
-                SPLITS_PAD, "")
+    sp = tl.arange(0, SPLITS_PAD)
+    ok = sp < n_valid
+    part = (seq.to(tl.int64) * tl.num_programs(1) + head) * num_splits + sp  # [SPLITS_PAD]
+    m = tl.load(m_ptr + part, mask=ok, other=float("-inf"))
+    l = tl.load(l_ptr + part, mask=ok, other=0.0)
+    w = tl.where(ok, tl.exp2(m - tl.max(m, 0)), 0.0)     # [SPLITS_PAD] rescale to the common max
+    offs_d = tl.arange(0, D_PAD)
+    acc = tl.load(acc_ptr + part[:, None] * HEAD_DIM + offs_d[None, :],
+                  mask=ok[:, None] & (offs_d < HEAD_DIM)[None, :], other=0.0)   # [SPLITS_PAD, D_PAD]
+    out = tl.sum(acc * w[:, None], 0) / tl.sum(l * w, 0)                    # [D_PAD]
+    tl.store(o_ptr + seq.to(tl.int64) * stride_ot + head * stride_oh + offs_d,
+             out.to(o_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
 
 
 @functools.lru_cache(maxsize=None)
@@ -225,19 +166,6 @@ def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype) -> K
     return KernelConfig(cfg.block_q, block_n=64, num_warps=4, num_stages=2)
 
 
-_COUNTERS: dict = {}          # device -> int32 zeros, one per (sequence, kv head); each launch leaves them 0
-
-
-def split_counters(device: torch.device, n: int) -> torch.Tensor:
-    """The fold's arrival counters: zeros, allocated once per device (at least 4,096, more if asked;
-    an older, smaller buffer stays alive for the graphs that captured it). The last program of
-    each (sequence, kv head) resets its counter, so every launch finds them zero."""
-    have = _COUNTERS.get(device)
-    if have is None or have[-1].numel() < n:
-        _COUNTERS.setdefault(device, []).append(torch.zeros(max(n, 4096), dtype=torch.int32, device=device))
-    return _COUNTERS[device][-1]
-
-
 def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):
     """Launch the merge (module-level so a test can plant a wrong one and see the tests fail)."""
     S, H_q, _, D = acc.shape
@@ -248,10 +176,8 @@ def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):
 
 def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *, max_seqlen_q: int,
                           max_seqlen_kv: int | None = None, num_splits: int | None = None, scale=None,
-                          out=None, config: KernelConfig | None = None, check: bool = True, fold: bool = True):
+                          out=None, config: KernelConfig | None = None, check: bool = True):
     """Paged attention that splits the keys of decode steps. Returns ``out`` ``[T, H_q, D]``.
-    ``fold``: the last split of each (sequence, kv head) to finish merges them (one launch);
-    False: the merge kernel, a second launch (the ledger's earlier row, and a test's hook).
 
     Host ints decide everything: a step with ``max_seqlen_q > 1`` (prefill chunks) or
     ``num_splits == 1`` runs stage 3's kernel. ``max_seqlen_kv`` bounds the context length for the
@@ -288,17 +214,14 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
     f32 = dict(device=q.device, dtype=torch.float32)
     acc = torch.empty(S, H_q, num_splits, D, **f32)                     # un-normalised partial outputs
     m, l = torch.empty(S, H_q, num_splits, **f32), torch.empty(S, H_q, num_splits, **f32)
-    counters = split_counters(q.device, S * H_kv) if fold else seq_lens_kv     # (unused without the fold)
     _split_kv_kernel[(H_kv, num_splits, S)](
         q, k_cache, v_cache, acc, m, l, seq_lens_kv, block_table, scale * LOG2E, num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_table.stride(0), out, counters, out.stride(0), out.stride(1),
+        block_table.stride(0),
         BLOCK_SIZE=block_size, G=G, ROWS=max(16, triton.next_power_of_2(G)), HEAD_DIM=D, D_PAD=d_pad,
-        BLOCK_N=cfg.block_n, UPCAST=INTERPRET and q.dtype == torch.bfloat16, FOLD=fold,
-        SPLITS_PAD=triton.next_power_of_2(num_splits) if fold else 1, FENCE=fold and q.is_cuda,
+        BLOCK_N=cfg.block_n, UPCAST=INTERPRET and q.dtype == torch.bfloat16,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if not fold:
-        _merge(acc, m, l, out, seq_lens_kv, num_splits, cfg.block_n)
+    _merge(acc, m, l, out, seq_lens_kv, num_splits, cfg.block_n)
     return out

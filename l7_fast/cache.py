@@ -31,10 +31,8 @@ class FastMeta(PagedMeta):
 
 
 class FastKVCache(PagedKVCache):
-    def __init__(self, cfg, num_blocks: int, block_size: int, device, dtype, impl: str = "triton",
-                 fold_merge: bool = True):
+    def __init__(self, cfg, num_blocks: int, block_size: int, device, dtype, impl: str = "triton"):
         super().__init__(cfg, num_blocks + 1, block_size, device, dtype, impl=impl, check=False)
-        self.fold_merge = fold_merge                     # False: the merge as its own kernel (bench_l7's row)
         self.pad_block = num_blocks                      # the last block: scratch for padding rows
         self.pad_slot = num_blocks * block_size
 
@@ -63,5 +61,5 @@ class FastKVCache(PagedKVCache):
             return paged_attention_ref(*args)
         if meta.num_splits > 1:
             return paged_attention_split(*args, max_seqlen_q=meta.max_seqlen_q, num_splits=meta.num_splits,
-                                         check=False, fold=self.fold_merge)
+                                         check=False)
         return paged_attention_triton(*args, max_seqlen_q=meta.max_seqlen_q, check=False)

@@ -46,16 +46,15 @@ def make_ops(model, *, fused_ops: bool = True, gemv: bool = True, norm_prologue:
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, norm_prologue: bool = True,
                  profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None,
-                 prefill_graphs: bool = True, fold_merge: bool = True, **kw):
+                 prefill_graphs: bool = True, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
     an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
     it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
     batch): graphs for lesson 11's verify steps too; ``prefill_graphs``: for one request's short
-    prefill too (graphs.py); ``fold_merge``: split-KV's merge inside its kernel (False: bench_l7's
-    earlier rows)."""
+    prefill too (graphs.py)."""
     if runner is None:
         ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue)
-        runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv, fold_merge=fold_merge)
+        runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)
         print(runner.warmup_report.line(), file=sys.stderr)

@@ -66,14 +66,14 @@ def one_prefill(out) -> int | None:
 
 class FastRunner:
     def __init__(self, model, config, ops, *, impl: str = "triton", check: bool = False, split_kv: bool = True,
-                 cache: FastKVCache | None = None, fold_merge: bool = True):
+                 cache: FastKVCache | None = None):
         """``cache``: the KV cache part (default: a FastKVCache; stage 8 gives one that also
         implements sliding windows), as the scheduler is given its KV manager."""
         p = next(model.parameters())
         self.model, self.device, self.block_size = model, p.device, config.block_size
         self.cfg, self.config, self.check, self.ops = model.cfg, config, check, ops
         self.cache = cache if cache is not None else FastKVCache(model.cfg, config.num_blocks, config.block_size,
-                                                                 p.device, p.dtype, impl=impl, fold_merge=fold_merge)
+                                                                 p.device, p.dtype, impl=impl)
         self.split_kv = split_kv and impl == "triton"
         width = -(-config.max_model_len // config.block_size)
         self.buf = StepInputs(config.max_num_batched_tokens, config.max_num_seqs, config.max_num_seqs + 1,

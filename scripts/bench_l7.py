@@ -10,9 +10,7 @@ Rows (cumulative; every row has the engine loop's own cheap branches, lesson 7.6
     + CUDA graphs    + decode steps replay one graph per batch bucket
     + split-KV       + decode attention split over the keys
     + small-M GEMV   + steps of <= 2 tokens: Triton GEMVs instead of cuBLAS, SwiGLU in the epilogue
-    + norm in the GEMV  + those steps: each add + RMSNorm in the next GEMV's prologue
-    + merge in the split  + split-KV's merge done by each sequence's last split program, no second
-                     kernel (the full stage 7)
+    + norm in the GEMV  + those steps: each add + RMSNorm in the next GEMV's prologue (the full stage 7)
 Peer, in the same run: transformers' ``generate`` on the same checkpoint (single stream).
 
 Per row:
@@ -81,13 +79,9 @@ ROWS = [("stage 6", None),
         ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False)),
         ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False)),
         ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
-        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False, fold_merge=False)),
-        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=False,
-                                fold_merge=False)),
-        ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
-                                    fold_merge=False)),
-        ("+ merge in the split", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
-                                      fold_merge=True))]
+        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False)),
+        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=False)),
+        ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True))]
 HOST_ROWS = [("plain parts", PLAIN), ("stage 7", ROWS[-1][1])]     # at 256 running: without / with the cheap branches
 
 

@@ -211,9 +211,9 @@ GPU_SPLIT_CASES = {
 }
 
 
-def _split_run(heads, head_dim, block_size, kv_lens, num_splits, dtype, config=None, fold=True):
+def _split_run(heads, head_dim, block_size, kv_lens, num_splits, dtype, config=None):
     args = make_paged_batch([1] * len(kv_lens), kv_lens, *heads, head_dim, block_size, dtype, DEVICE)
-    out = paged_attention_split(*args, max_seqlen_q=1, num_splits=num_splits, config=config, fold=fold)
+    out = paged_attention_split(*args, max_seqlen_q=1, num_splits=num_splits, config=config)
     assert out.dtype == dtype and torch.isfinite(out).all()            # NaN-poisoned unused slots
     return out, paged_attention_ref(*args)
 
@@ -259,29 +259,12 @@ def test_l7_split_kv_tests_catch_a_wrong_merge(monkeypatch, no_stage3_kernel, ls
     """The partials are right (a torch log-sum-exp merge of them passes) and the test is sharp
     enough to see a merge that forgets to rescale each split to the common max: it fails."""
     monkeypatch.setattr(attention_split, "_merge", _torch_merge(lse_correct))
-    out, ref = _split_run(*SPLIT_CASES["several_splits"], F32, config=CPU_SPLIT_CONFIG, fold=False)
+    out, ref = _split_run(*SPLIT_CASES["several_splits"], F32, config=CPU_SPLIT_CONFIG)
     if lse_correct:
         torch.testing.assert_close(out, ref, atol=TOL[F32], rtol=TOL[F32])
     else:
         with pytest.raises(AssertionError):
             torch.testing.assert_close(out, ref, atol=TOL[F32], rtol=TOL[F32])
-
-
-@pytest.mark.parametrize("case", list(SPLIT_CASES))
-def test_l7_split_fold_equals_the_merge_kernel_and_leaves_its_counters_zero(case, no_stage3_kernel):
-    """The folded merge (the last split to finish merges, one split at a time) is the merge
-    kernel's math summed in another order: equal to float32 rounding, and the same bits on every
-    launch. Each (sequence, kv head) counter is back at 0 after a launch, so a second launch (a
-    graph replay) merges again: without the reset it would find no last split."""
-    heads, head_dim, block_size, kv_lens, num_splits = SPLIT_CASES[case]
-    args = make_paged_batch([1] * len(kv_lens), kv_lens, *heads, head_dim, block_size, F32, DEVICE)
-    kw = dict(max_seqlen_q=1, num_splits=num_splits, config=CPU_SPLIT_CONFIG)
-    two_kernels = paged_attention_split(*args, **kw, fold=False)
-    first = paged_attention_split(*args, **kw)
-    torch.testing.assert_close(first, two_kernels, atol=1e-6, rtol=1e-6)
-    for _ in range(2):
-        assert torch.equal(paged_attention_split(*args, **kw), first)
-        assert not attention_split.split_counters(first.device, 1).any()
 
 
 def test_l7_split_kv_falls_back_to_stage3_for_prefill_and_one_split():
