@@ -32,7 +32,8 @@ of BLOCK_T tokens, as a [BLOCK_T * BLOCK_H, D/2] tile per half (a row per token 
 groups normalise and rope q heads and write them to q_out; the rest do k heads, write them into the
 cache and copy v's heads beside them. On a GPU BLOCK_T = BLOCK_H = 1 (one head of one token per
 program, as measured below); under the interpreter, which pays for each program and each op rather
-than each element, one program takes all heads of a kind for up to 64 tokens. Bytes: read T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
+than each element, one program takes all heads of a kind for up to 64 tokens. Bytes: read
+T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
 On the H200 that grid is the weak point: 26% of copy bandwidth at 4096 tokens (98k one-warp
 programs), though 6x faster than the torch path; one program per token over a [heads, D/2] tile
 is the next step (docs/l7_kernels_h200.md).
@@ -53,21 +54,17 @@ from l3_paged.validate import FLOAT_DTYPES
 
 
 @triton.jit
-def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constexpr,
-               HAS_NORM: tl.constexpr, HEADS: tl.constexpr = False):
-    """Load a head's halves, optional RMSNorm, then RoPE. Returns both halves. One head: x_ptr its
-    base, d [HALF_PAD]. HEADS: a tile of heads, x_ptr [BLOCK_H, 1] their bases, d [1, HALF_PAD],
-    each row normalised on its own. Every product is rounded to the model dtype, as one torch
-    elementwise op rounds (written out, not a helper: the interpreter pays per nested call)."""
+def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constexpr, HAS_NORM: tl.constexpr):
+    """Load heads' halves, optional RMSNorm, then RoPE. Returns both halves. x_ptr [ROWS, 1]: the
+    bases of a tile of heads (a row per token and head), d [1, HALF_PAD]; each row is normalised
+    on its own. Every product is rounded to the model dtype, as one torch elementwise op rounds
+    (written out, not a helper: the interpreter pays per nested call)."""
     x1 = tl.load(x_ptr + d, mask=ok, other=0.0)
     x2 = tl.load(x_ptr + HALF + d, mask=ok, other=0.0)
     dt = x1.dtype
     if HAS_NORM:
         f1, f2 = x1.to(tl.float32), x2.to(tl.float32)
-        if HEADS:
-            rstd = tl.math.rsqrt((tl.sum(f1 * f1, 1) + tl.sum(f2 * f2, 1)) * inv_d + eps)[:, None]
-        else:
-            rstd = tl.math.rsqrt((tl.sum(f1 * f1, 0) + tl.sum(f2 * f2, 0)) * inv_d + eps)
+        rstd = tl.math.rsqrt((tl.sum(f1 * f1, 1) + tl.sum(f2 * f2, 1)) * inv_d + eps)[:, None]
         w1 = tl.load(w_ptr + d, mask=d < HALF, other=0.0).to(tl.float32)
         w2 = tl.load(w_ptr + HALF + d, mask=d < HALF, other=0.0).to(tl.float32)
         x1 = ((f1 * rstd).to(dt).to(tl.float32) * w1).to(dt)              # normalise, round; * weight, round
@@ -78,7 +75,7 @@ def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constex
     return o1.to(dt), o2.to(dt)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])   # the token count: a runtime int, no variant per T
 def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr,
                                qo_ptr, kc_ptr, vc_ptr, slot_ptr, inv_d, eps, T, H_q, H_kv,
                                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
@@ -101,7 +98,7 @@ def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw
         h = g * BLOCK_H + j
         ok = (h < H_q) & in_t
         o1, o2 = _norm_rope(q_ptr + t * stride_qt + h * stride_qh, qw_ptr, c1, c2, s1, s2, d, ok,
-                            inv_d, eps, HALF, HAS_NORM, True)
+                            inv_d, eps, HALF, HAS_NORM)
         dst = qo_ptr + t * stride_ot + h * stride_oh
         tl.store(dst + d, o1, mask=ok)
         tl.store(dst + HALF + d, o2, mask=ok)
@@ -110,7 +107,7 @@ def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw
         slot = tl.load(slot_ptr + t, mask=t < T, other=-1)              # [ROWS, 1]
         ok = (kh < H_kv) & in_t & (slot >= 0)                           # slot < 0: a padding row, no write
         o1, o2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
-                            inv_d, eps, HALF, HAS_NORM, True)
+                            inv_d, eps, HALF, HAS_NORM)
         blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE                # flat slot -> (block, offset)
         kc = kc_ptr + blk * stride_kcb + off * stride_kcs + kh * stride_kch
         tl.store(kc + d, o1, mask=ok)
@@ -140,10 +137,12 @@ def _need(ok, message):
 
 
 def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_norm_weight=None,
-                       k_norm_weight=None, eps=1e-6, q_out=None, heads_per_program: int | None = None):
+                       k_norm_weight=None, eps=1e-6, q_out=None, heads_per_program: int | None = None,
+                       tokens_per_program: int | None = None):
     """Norm (if weights are given) and rope q and k, write k and v into the paged cache at
     ``slot_mapping``. Returns the roped q ``[T, H_q, D]`` (``q_out``, which may be ``q``).
-    ``heads_per_program``: BLOCK_H instead of heads_per_program()'s (tests run the GPU's 1 on a CPU)."""
+    ``heads_per_program`` / ``tokens_per_program``: BLOCK_H / BLOCK_T instead of the defaults (tests
+    run the GPU's 1 and 1 on a CPU)."""
     _need(q.dim() == 3 and k.dim() == 3 and v.shape == k.shape,
           lambda: f"q must be [T, H_q, D], k and v [T, H_kv, D]; got {tuple(q.shape)}, {tuple(k.shape)}, "
                   f"{tuple(v.shape)}")
@@ -177,7 +176,8 @@ def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_n
     qw, kw = norm_w or (q, q)                                          # unused without HAS_NORM
     bh = heads_per_program or _heads_per_program(H_q, H_kv)
     _need(bh & (bh - 1) == 0, lambda: f"heads_per_program must be a power of two, got {bh}")
-    bt = _tokens_per_program(T)
+    bt = tokens_per_program or _tokens_per_program(T)
+    _need(bt & (bt - 1) == 0, lambda: f"tokens_per_program must be a power of two, got {bt}")
     _qk_norm_rope_write_kernel[(triton.cdiv(T, bt), triton.cdiv(H_q, bh) + triton.cdiv(H_kv, bh))](
         q, k, v, cos, sin, qw, kw, q_out, k_cache, v_cache, slot_mapping, 1.0 / D, float(eps), T, H_q, H_kv,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

@@ -1,8 +1,9 @@
 """Stage 7's fused q/k-norm + RoPE + KV write, quantizing K and V to e4m3 as it writes them.
 
-Stage 7's kernel (l7_fast/fused_rope.py), one program to each head of BLOCK_T tokens (1 on a GPU,
-up to 64 under the interpreter, a row per token): q heads are normed and roped into q_out, k heads
-roped and stored in the cache beside their v head. Here the k/v program rounds what it stores:
+Stage 7's kernel (l7_fast/fused_rope.py) with one head per program, for BLOCK_T tokens (a row
+each: 1 on a GPU, up to 64 under the interpreter, stage 7's rule): q heads are normed and roped
+into q_out, k heads roped and stored in the cache beside their v head. Here the k/v program rounds
+what it stores:
 
     scale  per token-head: amax(|k_head|) / 448, written beside the block (ks[block, offset, head])
            per tensor:     read from the layer's one value (the scale tensor has every stride 0)
@@ -25,7 +26,7 @@ from plumbing.errors import UserError
 import triton
 import triton.language as tl
 
-from l7_fast.fused_rope import _norm_rope
+from l7_fast.fused_rope import _norm_rope, _tokens_per_program
 
 from .e4m3 import FP8, FP8_MAX, e4m3_encode
 
@@ -52,7 +53,7 @@ def _store_e4m3(dst, x, d, ok, scale, BY_HAND: tl.constexpr):
         tl.store(dst + d, y.to(tl.float8e4nv), mask=ok)                 # the hardware's: nearest even
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])   # the token count: a runtime int, no variant per T
 def _rope_write_fp8_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, qo_ptr, kc_ptr, vc_ptr,
                            ks_ptr, vs_ptr, slot_ptr, inv_d, eps, T, H_q, stride_qt, stride_qh, stride_kt, stride_kh,
                            stride_vt, stride_vh, stride_ct, stride_st, stride_ot, stride_oh,
@@ -70,7 +71,7 @@ def _rope_write_fp8_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr
     s2 = tl.load(sin_ptr + t * stride_st + HALF + d, mask=ok, other=0.0)
     if h < H_q:                                                         # a q head: as stage 7
         o1, o2 = _norm_rope(q_ptr + t * stride_qt + h * stride_qh, qw_ptr, c1, c2, s1, s2, d, ok,
-                            inv_d, eps, HALF, HAS_NORM, True)
+                            inv_d, eps, HALF, HAS_NORM)
         dst = qo_ptr + t * stride_ot + h * stride_oh
         tl.store(dst + d, o1, mask=ok)
         tl.store(dst + HALF + d, o2, mask=ok)
@@ -79,7 +80,7 @@ def _rope_write_fp8_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr
         slot = tl.load(slot_ptr + t, mask=t < T, other=-1)              # [BLOCK_T, 1]
         ok = ok & (slot >= 0)                                           # slot < 0: a padding row, no write
         k1, k2 = _norm_rope(k_ptr + t * stride_kt + kh * stride_kh, kw_ptr, c1, c2, s1, s2, d, ok,
-                            inv_d, eps, HALF, HAS_NORM, True)
+                            inv_d, eps, HALF, HAS_NORM)
         v_src = v_ptr + t * stride_vt + kh * stride_vh
         v1, v2 = tl.load(v_src + d, mask=ok, other=0.0), tl.load(v_src + HALF + d, mask=ok, other=0.0)
         blk, off = slot // BLOCK_SIZE, slot % BLOCK_SIZE
@@ -124,7 +125,7 @@ def rope_write_fp8(q, k, v, cos, sin, k_cache, v_cache, k_scale, v_scale, slot_m
     norm = q_norm_weight is not None
     qw, kw = (q_norm_weight, k_norm_weight) if norm else (q, q)
     kc, vc = kernel_view(k_cache), kernel_view(v_cache)
-    bt = min(64, triton.next_power_of_2(T)) if INTERPRET else 1       # tokens per program (as stage 7's)
+    bt = _tokens_per_program(T)                                       # tokens per program: stage 7's rule
     _rope_write_fp8_kernel[(triton.cdiv(T, bt), H_q + H_kv)](
         q, k, v, cos, sin, qw, kw, q_out, kc, vc, k_scale, v_scale, slot_mapping, 1.0 / D, float(eps), T, H_q,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), cos.stride(0), sin.stride(0),

@@ -4,12 +4,14 @@
     PYTHONPATH=. python scripts/fp8_decode_study.py --quick    # CPU: every variant against the reference
 
 An e4m3 cache halves the bytes a decode step streams, so a kernel that streams at the same
-fraction of copy bandwidth would be 2x faster. Stage 9's kernel streams 56-64% on an H200 where
-stage 7's bf16 kernel streams ~99% (docs/benchmarks.md, stage 9). This script times one decode
+fraction of copy bandwidth would be 2x faster. On an H200 at 64 x 4,096 stage 9's kernel streams
+63% of copy bandwidth where stage 7's bf16 kernel streams ~99% (docs/benchmarks.md, stage 9; the
+copy counts reads and writes, so a pure read can pass 100%). This script times one decode
 kernel written five ways, on one GPU in one run, to find which part of the e4m3 path holds it:
 
     bf16            the bf16 cache, the dots in bf16 (the peer; 64- and 128-key tiles)
-    e4m3 -> fp16    as shipped: codes converted to float16 (one instruction per two), two fp16 dots
+    e4m3 -> fp16    the shipped kernel's method (codes converted to float16, one instruction per
+                    two; two fp16 dots), written as one loop
     e4m3 dots       q and p cast to e4m3 and both dots handed e4m3 operands (on an H200, Triton
                     3.6 converts them to fp16 for the 16-row MMA anyway: see its PTX counts)
     V via registers as shipped, but V's tile is made a register tensor before its dot (a select),

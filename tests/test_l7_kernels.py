@@ -191,6 +191,24 @@ def test_l7_qk_norm_rope_write_skips_negative_slots():
     assert written.sum() == 3 and written[slots[[0, 2, 4]]].all()
 
 
+@pytest.mark.parametrize("tokens", [None, 1], ids=["default_tokens", "1_token"])
+def test_l7_qk_norm_rope_write_blocks_of_tokens_with_padding_rows(tokens):
+    """150 tokens: three programs of 64 under the interpreter (the last part-filled), or the GPU's
+    one token a program; every 7th row a padding row (slot -1). q matches the torch path on every
+    row; each real row's k and v reach its slot; a padding row's slot stays untouched (NaN)."""
+    attn, (q, k, v, cos, sin), (kv, kv_ref), slots = rope_case(TINY, 150, DEVICE, F32, num_blocks=40, block_size=4)
+    norm = dict(q_norm_weight=attn.q_norm.weight, k_norm_weight=attn.k_norm.weight, eps=attn.q_norm.eps)
+    want_q = qk_norm_rope_write_ref(attn, q, k, v, cos, sin, kv_ref, slots)
+    pad = torch.arange(150, device=DEVICE) % 7 == 3
+    got_q = qk_norm_rope_write(q, k, v, cos, sin, kv.K[0], kv.V[0], torch.where(pad, -1, slots),
+                               tokens_per_program=tokens, **norm)
+    torch.testing.assert_close(got_q, want_q, atol=TOL[F32], rtol=TOL[F32])
+    for got, want in ((kv.K[0], kv_ref.K[0]), (kv.V[0], kv_ref.V[0])):
+        got, want = got.view(-1, 2, 32), want.view(-1, 2, 32)
+        torch.testing.assert_close(got[slots[~pad]], want[slots[~pad]], atol=TOL[F32], rtol=TOL[F32])
+        assert got[slots[pad]].isnan().all()
+
+
 # --- split-KV decode attention ------------------------------------------------------------------
 # (heads, head_dim, block_size, kv_lens, num_splits). Interpreter tiles: BLOCK_N = 32 keys, so
 # 100 keys already make 4 key tiles and several splits.
