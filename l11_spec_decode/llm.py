@@ -47,6 +47,7 @@ def build_engine(model, tokenizer, config, *, speculative_config: dict | None = 
     spec = parse_spec_config(speculative_config)
     if spec is None:
         return stage9.build_engine(model, tokenizer, config, seed=seed, impl=impl, **kw)
+    kw.setdefault("async_scheduling", False)      # a draft needs the token before it (the engine says so if asked)
     speculator = Speculator(make_drafter(spec, model, config, impl), spec.num_speculative_tokens,
                             config.max_model_len, spec.disable_by_batch_size, seed=seed)
     return stage9.build_engine(model, tokenizer, config, seed=seed, impl=impl, speculator=speculator,

@@ -31,9 +31,8 @@ depends only on (seed, absolute position, logits) and never on its batch slot or
 Memory traffic. Each step reads and writes B*V floats (B=64, V=151,936: 39 MB); the sort in
 step 5 costs O(B*V log V) and dominates. Steps a batch does not use are skipped on the host.
 
-Host syncs. Parameters are copied host -> device without waiting (pinned memory on a GPU), and no
-step branches on a device value. The one sync is ``token_ids.tolist()`` at the end (see there);
-checked with ``torch.cuda.set_sync_debug_mode("warn")`` on an H200.
+Host syncs. Parameters are copied host -> device without waiting (pinned memory), no step
+branches on a device value, and the one sync is ``Sampled.result()`` (``launch`` returns before it).
 """
 from __future__ import annotations
 
@@ -223,11 +222,15 @@ class Sampler:
         return self._shared[str(device)]
 
     def __call__(self, logits: torch.Tensor, rows: list[RowState], argmax: torch.Tensor | None = None) -> SamplerOutput:
-        """``argmax``: ``logits.argmax(-1)``, if the caller computed it already (lesson 7's CUDA graph
-        does, with the forward); only the all-greedy branch reads it."""
+        """``argmax``: ``logits.argmax(-1)`` if the caller has it (lesson 7's graph); all-greedy reads it."""
+        return self.launch(logits, rows, argmax).result()
+
+    def launch(self, logits: torch.Tensor, rows: list[RowState], argmax: torch.Tensor | None = None) -> "Sampled":
+        """``__call__``'s first half: queue the GPU work and the ids' copy to the host, return at once;
+        ``.result()`` waits (lesson 7's overlapped loop schedules the next step in between)."""
         if logits.dim() == 2 and len(rows) == logits.shape[0] and not [r for r in rows if not r.plain_greedy]:
             ids = logits.argmax(-1) if argmax is None else argmax   # [B]: the all-greedy branch (read BV)
-            return SamplerOutput(ids, ids.tolist(), None)    # .tolist(): the step's one sync
+            return Sampled(ids, None, rows)
         B, V = _check(logits, rows)
         z = logits.to(torch.float32, copy=True)          # [B, V]; read + write BV
         want_lp = any(r.params.logprobs is not None for r in rows)
@@ -240,13 +243,7 @@ class Sampler:
             sampled = self._race(z.softmax(-1), rows)    # [B]
             ids = sampled if not any(greedy) else torch.where(
                 _to_device(greedy, torch.bool, z.device), ids, sampled)
-        # The one host sync of the step: .tolist() waits for the GPU to finish everything queued
-        # (the forward pass and this sampler). It cannot go: EOS, stop ids and stop strings are
-        # checked in Python on host ints, and the scheduler must know who finished before it
-        # builds the next batch. (vLLM's async scheduling hides it behind the next step.)
-        ids_list = ids.tolist()
-        logprobs = _logprobs(raw, ids, ids_list, rows) if want_lp else None
-        return SamplerOutput(ids, ids_list, logprobs)
+        return Sampled(ids, raw, rows)
 
     def _race(self, probs: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
         """argmax(probs / q), q ~ Exp(1) i.i.d.: picks token i with probability probs[i]."""
@@ -261,13 +258,37 @@ class Sampler:
         return (probs / q).argmax(-1)                               # [B]
 
 
+class Sampled:
+    """A sampler call in flight: the ids on the device, and on their way to pinned host memory."""
+
+    def __init__(self, ids: torch.Tensor, raw: torch.Tensor | None, rows: list[RowState]):
+        self.ids, self.raw, self.rows = ids, raw, rows
+        self.host, self.done = ids, None
+        if ids.device.type == "cuda":            # a copy that does not make the host wait
+            self.host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
+            self.host.copy_(ids, non_blocking=True)
+            self.done = torch.cuda.Event()
+            self.done.record()
+
+    def result(self) -> SamplerOutput:
+        # The step's one host sync: it waits for everything queued before the copy (the forward
+        # and the sampler). It cannot go: stops are checked in Python on host ints, and the
+        # scheduler must know who finished. Lesson 7's overlapped loop waits here only after it
+        # has scheduled the next step, so that host work hides behind the GPU's.
+        if self.done is not None:
+            self.done.synchronize()
+        ids_list = self.host.tolist()
+        logprobs = _logprobs(self.raw, self.ids, ids_list, self.rows) if self.raw is not None else None
+        return SamplerOutput(self.ids, ids_list, logprobs)
+
+
 def _logprobs(raw: torch.Tensor, ids: torch.Tensor, ids_list: list[int],
               rows: list[RowState]) -> list:
     n = min(max(r.params.logprobs or 0 for r in rows), raw.shape[1])
     top_lp, top_ids = raw.topk(n, dim=-1)                 # [B, n] each
     chosen = raw.gather(1, ids[:, None])[:, 0]            # [B]
     rank = (raw > chosen[:, None]).sum(-1) + 1            # [B]: vLLM's rank, 1-based
-    # Called after ids.tolist(): the GPU is idle, these copies wait for nothing.
+    # Called after the step's sync: these copies wait only for the few kernels above.
     top_lp, top_ids, chosen, rank = top_lp.tolist(), top_ids.tolist(), chosen.tolist(), rank.tolist()
     out: list[TokenLogprobs | None] = []
     for i, r in enumerate(rows):

@@ -68,7 +68,8 @@ class StopChecker:
         # The pre-check (module docstring): only these tokens, or this many, can end the request.
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_token_ids))
         limit = params.max_tokens if max_model_len is None else min(params.max_tokens, max_model_len - prompt_len)
-        self.stop_len = 0 if params.stop else prompt_len + limit      # prompt + output
+        self.max_len = prompt_len + limit                              # prompt + output: ends by length
+        self.stop_len = 0 if params.stop else self.max_len
 
     def update(self, output_ids: list[int]) -> Finish | None:
         """Call once per new token, with all output ids so far. Returns a Finish or None."""

@@ -19,10 +19,12 @@ and runs the same loop whichever parts it has. One step:
 With a ``speculator`` (lesson 11) a decoding request also carries drafts, guessed next tokens that
 the same forward pass computes; the speculator samples at every one of them, keeps the guesses the
 model agrees with, and ``advance`` is told how many it refused. Without one nothing changes.
+With ``async_scheduling`` (lesson 7) the same work runs in another order, so the
+host's part of a step hides behind the GPU's (``_step_overlapped``).
 
 The stop checks ask a request's StopChecker only for a token that could end it (stage 4's
-pre-check: ``token in stop_ids or num_tokens >= stop_len``). The builders that assemble the
-parts of each stage are ``build_engine`` in each stage's llm.py.
+pre-check: ``token in stop_ids or num_tokens >= stop_len``). Each stage's builder of the parts is
+``build_engine`` in its llm.py.
 
 ``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
 bad one fails alone with a UserError and the requests in flight never notice. A request with
@@ -38,19 +40,24 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from l4_sampler.params import SamplingParams
-from l4_sampler.sampler import RowState
+from l4_sampler.sampler import RowState, SamplerOutput
 from l4_sampler.stops import StopChecker
 from plumbing.errors import UserError
 
 from .config import EngineConfig
-from .outputs import CompletionOutput, Logprob, RequestOutput, StepOutput, StepStats
-from .request import Request, RequestStatus
+from .outputs import RequestOutput, StepOutput, StepStats, completion, step_stats
+from .request import Request, RequestStatus, prompt_token_ids
 
 
 class LLMEngine:
     def __init__(self, model, tokenizer, config: EngineConfig, *, scheduler, runner, sampler,
-                 speculator=None, keep_logits: bool = False):
+                 speculator=None, keep_logits: bool = False, async_scheduling: bool = False):
+        if async_scheduling and speculator is not None:
+            raise UserError("async scheduling cannot run with speculative decoding (a draft needs the token "
+                            "before it): pass async_scheduling=False.")
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.scheduler, self.runner, self.sampler = scheduler, runner, sampler
         self.speculator = speculator                # lesson 11: proposes drafts, verifies them
@@ -61,6 +68,7 @@ class LLMEngine:
         self.keep_stats = True                      # one StepStats per step (benchmarks, --trace)
         self._counter = 0
         self.last_meta = None
+        self.overlap, self._pending = async_scheduling, None   # lesson 7: the step order; a sampler call in flight
 
     # ---- requests in ------------------------------------------------------------------------
     def _decode(self, ids: list[int]) -> str:
@@ -68,24 +76,7 @@ class LLMEngine:
 
     def prompt_ids(self, prompt) -> list[int]:
         """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise UserError("this checkpoint has no tokenizer, so a text prompt cannot be encoded: "
-                                'pass {"prompt_token_ids": [...]}.')
-            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        elif isinstance(prompt, dict) and set(prompt) == {"prompt_token_ids"}:
-            ids = prompt["prompt_token_ids"]
-        else:
-            raise UserError(f'a prompt must be a string or {{"prompt_token_ids": [...]}}, got {str(prompt)[:60]!r}.')
-        if not isinstance(ids, (list, tuple)) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
-            raise UserError(f"prompt_token_ids must be a list of ints, got {str(ids)[:60]!r}.")
-        if len(ids) == 0:
-            raise UserError("the prompt is empty: give at least one token.")
-        V = self.model.cfg.vocab_size
-        bad = [t for t in ids if not 0 <= t < V]
-        if bad:
-            raise UserError(f"token ids {bad[:5]} are outside the vocabulary [0, {V}): use ids from this model's tokenizer.")
-        return list(ids)
+        return prompt_token_ids(prompt, self.tokenizer, self.model.cfg.vocab_size)
 
     def make_request(self, prompt, params: SamplingParams | None = None, request_id: str | None = None) -> Request:
         """Build and check a request without adding it (``generate`` checks them all first)."""
@@ -172,6 +163,8 @@ class LLMEngine:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
+        if self.overlap:
+            return self._step_overlapped()                   # lesson 7
         sched = self.scheduler
         out = sched.schedule()
         if not out.scheduled:
@@ -185,27 +178,73 @@ class LLMEngine:
             results, finished = self._verify(out, ran, sampling)         # lesson 11
         else:
             sched.advance(out)
-            results, finished = self._sample(ran.logits, sampling, ran.argmax) if sampling else ([], [])
+            so = self.sampler(ran.logits, [req.row for req in sampling], ran.argmax) if sampling else None
+            results, finished = self._stop_checks(self._take(sampling, so, ran.logits, False)) if so else ([], [])
         if spec is not None:
             spec.propose(sched.running)                      # guesses for the next step
         if self.keep_stats:
-            self.stats.append(self._stats(out, running, waiting, len(sampling), finished))
+            self.stats.append(step_stats(self, out, running, waiting, len(sampling), finished))
         return results
 
-    def _sample(self, logits, sampling: list[Request], argmax=None) -> tuple[list[StepOutput], list[str]]:
-        """ONE sampler call for the rows that sample; then each request's new token and stop checks."""
-        so = self.sampler(logits, [req.row for req in sampling], argmax)
-        if so.logprobs or self.keep_logits:                  # (checks and API extras: not the hot path)
-            for i, req in enumerate(sampling):
-                if so.logprobs and so.logprobs[i] is not None:
-                    req.logprobs.append(so.logprobs[i])
-                    req.cumulative_logprob += so.logprobs[i].logprob
-                if self.keep_logits:
-                    req.logits.append(logits[i].cpu())
+    def _step_overlapped(self) -> list[StepOutput]:
+        """Lesson 7's order of the same work (vLLM's async scheduling): the wait for step n's tokens
+        comes after step n+1 is scheduled, and their stop checks after step n+1 is launched, so that
+        host work runs while the GPU computes. A request that stopped at step n has computed one
+        token too many in step n+1 (dropped); one that ends by length is not scheduled again."""
+        sched, pend = self.scheduler, self._pending
+        self._pending = None
+        out = sched.schedule()                               # step n+1, the GPU still on step n
+        got = self._take(*pend, True) if pend is not None else []   # the one sync: step n's tokens
+        if not out.scheduled:                                # the rest are finishing: the runner hears
+            if pend is None:                                 # of those that finished with the next step
+                raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
+            sched.finished_ids[:0] = out.finished_ids
+        running, waiting = len(sched.running), len(sched.waiting)
+        sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
+        ran = self.runner.execute(out) if out.scheduled else None   # launched: the GPU runs while...
+        if ran is not None:
+            self.last_meta = ran.meta
+            sched.advance(out)
+        results, finished = self._stop_checks(got)           # ...the host checks step n's tokens
+        live = [k for k, req in enumerate(sampling) if req.status == RequestStatus.RUNNING]
+        if live:
+            logits, argmax = ran.logits, ran.argmax
+            if len(live) < len(sampling):                    # a row whose request just stopped: dropped
+                idx = torch.tensor(live, device=logits.device)
+                logits, argmax = logits[idx], None if argmax is None else argmax[idx]
+            reqs = [sampling[k] for k in live]
+            self._pending = (reqs, self.sampler.launch(logits, [req.row for req in reqs], argmax), logits)
+            for req in reqs:
+                req.num_tokens += 1                          # counted now, appended by the next step
+                req.pending = True
+        if self.keep_stats and out.scheduled:
+            self.stats.append(step_stats(self, out, running, waiting, len(live), finished))
+        return results
+
+    def _take(self, sampling: list[Request], so, logits, counted: bool) -> list[tuple[Request, int]]:
+        """Each sampled request's new token (and logprob); ``counted``: already in num_tokens."""
+        if not isinstance(so, SamplerOutput):
+            so = so.result()                                 # a sampler call in flight: wait for it
+        got = []
+        for i, (req, tok) in enumerate(zip(sampling, so.token_ids_list)):
+            if counted:
+                req.pending = False
+                if req.status == RequestStatus.FINISHED:     # aborted while its token was sampled
+                    continue
+            else:
+                req.num_tokens += 1
+            req.output_ids.append(tok)                       # Request.append_output, inlined (hot path;
+            if so.logprobs and so.logprobs[i] is not None:   # the RowState shares the list)
+                req.logprobs.append(so.logprobs[i])
+                req.cumulative_logprob += so.logprobs[i].logprob
+            if self.keep_logits:
+                req.logits.append(logits[i].cpu())
+            got.append((req, tok))
+        return got
+
+    def _stop_checks(self, got: list[tuple[Request, int]]) -> tuple[list[StepOutput], list[str]]:
         results, finished = [], []
-        for req, tok in zip(sampling, so.token_ids_list):
-            req.output_ids.append(tok)                       # Request.append_output, inlined: it runs for
-            req.num_tokens += 1                              # every sampled token (the RowState shares the list)
+        for req, tok in got:
             stops, fin = req.stops, None
             if tok in stops.stop_ids or req.num_tokens >= stops.stop_len:   # could it end here?
                 fin = stops.update(req.output_ids)
@@ -244,20 +283,6 @@ class LLMEngine:
             results.append(StepOutput(req.request_id, got, fin is not None, fin and fin.finish_reason))
         return results, finished
 
-    def _stats(self, out, running: int, waiting: int, sampled: int, finished: list[str]) -> StepStats:
-        """What the step did, for people (--trace, benchmarks); no code reads it to decide."""
-        kv, scheduled = self.scheduler.kv, out.scheduled
-        chunks = [(req.request_id, req.kv.cur_len - n, n, req.prefill_len)
-                  for (req, n), pre in zip(scheduled, out.prefill) if pre] if any(out.prefill) else []
-        prefill = sum([c[2] for c in chunks])
-        admitted = scheduled[len(scheduled) - len(out.admitted):]      # admissions come last
-        return StepStats(step=len(self.stats), prefill_tokens=prefill, decode_tokens=out.num_tokens - prefill,
-                         chunks=chunks, preempted=[r.request_id for r in out.preempted],
-                         admitted=[r.request_id for r in out.admitted], finished=finished, running=running,
-                         waiting=waiting, blocks_used=kv.num_blocks - kv.num_free, blocks_total=kv.num_blocks,
-                         kv_tokens=sum([req.kv.cur_len for req, _ in scheduled]), sampled=sampled,
-                         hits=[(req.request_id, req.kv.cur_len - n) for req, n in admitted])
-
     # ---- results out ------------------------------------------------------------------------
     def output(self, request_id: str) -> RequestOutput:
         """What a request has so far (n > 1: its sequences, by index)."""
@@ -265,28 +290,8 @@ class LLMEngine:
         if sids[0] not in self.requests:
             raise UserError(f"no request {request_id!r} in this engine (released, aborted, or never added).")
         reqs = [self.requests[sid] for sid in sids]
-        comps = [self._completion(k, req) for k, req in enumerate(reqs)]
+        comps = [completion(k, req, self._decode if self.tokenizer is not None else None) for k, req in enumerate(reqs)]
         done = all(req.status == RequestStatus.FINISHED for req in reqs)
         prompt = self._decode(reqs[0].prompt_ids) if self.tokenizer is not None else None
         return RequestOutput(request_id, prompt, list(reqs[0].prompt_ids), comps, done,
                              sum(req.num_preemptions for req in reqs))
-
-    def _completion(self, index: int, req: Request) -> CompletionOutput:
-        if self.tokenizer is None:
-            text = None
-        elif req.params.stop:
-            text = req.stops.text                            # decoded every step, cut at the stop string
-        else:
-            text = self._decode(req.output_ids)
-        asked = req.params.logprobs is not None
-        return CompletionOutput(index, text, list(req.output_ids), req.finish_reason, req.stop_reason,
-                                [self._logprob_dict(lp) for lp in req.logprobs] if asked else None,
-                                req.cumulative_logprob if asked else None)
-
-    def _logprob_dict(self, lp) -> dict[int, Logprob]:
-        """vLLM's shape for one position: the sampled token first (its rank), then the top ones (1..k)."""
-        text = (lambda t: self._decode([t])) if self.tokenizer is not None else (lambda t: None)
-        d = {lp.token_id: Logprob(lp.logprob, lp.rank, text(lp.token_id))}
-        for r, (tid, v) in enumerate(lp.top, 1):
-            d.setdefault(tid, Logprob(v, r, text(tid)))
-        return d

@@ -44,9 +44,9 @@ from .scheduler import Scheduler
 
 def build_engine(model, tokenizer, config, *, kv=None, runner=None, wrap=None, seed: int | None = None,
                  impl: str = "triton", check: bool = False, keep_logits: bool = False,
-                 speculator=None) -> LLMEngine:
+                 speculator=None, async_scheduling: bool = False) -> LLMEngine:
     """The one engine with stage 5's parts, or with the ``kv`` manager, ``runner`` and ``speculator``
-    (lesson 11) a later stage passes. ``wrap(name, part)``, if given, may put a wrapper with the same methods around each part
+    (lesson 11) a later stage passes; ``async_scheduling``: the engine's overlapped step order (lesson 7). ``wrap(name, part)``, if given, may put a wrapper with the same methods around each part
     before the loop gets it ("scheduler", "runner", "sampler"; lesson 7's profiler times them so)."""
     kv = kv if kv is not None else BlockManager(config.num_blocks, config.block_size)
     runner = runner if runner is not None else ModelRunner(model, config, impl=impl, check=check)
@@ -54,7 +54,8 @@ def build_engine(model, tokenizer, config, *, kv=None, runner=None, wrap=None, s
                  sampler=Sampler(seed))
     if wrap is not None:
         parts = {name: wrap(name, part) for name, part in parts.items()}
-    return LLMEngine(model, tokenizer, config, **parts, speculator=speculator, keep_logits=keep_logits)
+    return LLMEngine(model, tokenizer, config, **parts, speculator=speculator, keep_logits=keep_logits,
+                     async_scheduling=async_scheduling)
 
 
 def _dtype_name(dtype, device) -> str:

@@ -76,3 +76,41 @@ class StepStats:
         parts += [f"running {self.running}", f"waiting {self.waiting}",
                   f"blocks {self.blocks_used}/{self.blocks_total}"]
         return " | ".join(parts)
+
+
+def step_stats(engine, out, running: int, waiting: int, sampled: int, finished: list[str]) -> StepStats:
+    """What the step did, for people (--trace, benchmarks); no code reads it to decide."""
+    kv, scheduled = engine.scheduler.kv, out.scheduled
+    chunks = [(req.request_id, req.kv.cur_len - n, n, req.prefill_len)
+              for (req, n), pre in zip(scheduled, out.prefill) if pre] if any(out.prefill) else []
+    prefill = sum([c[2] for c in chunks])
+    admitted = scheduled[len(scheduled) - len(out.admitted):]      # admissions come last
+    return StepStats(step=len(engine.stats), prefill_tokens=prefill, decode_tokens=out.num_tokens - prefill,
+                     chunks=chunks, preempted=[r.request_id for r in out.preempted],
+                     admitted=[r.request_id for r in out.admitted], finished=finished, running=running,
+                     waiting=waiting, blocks_used=kv.num_blocks - kv.num_free, blocks_total=kv.num_blocks,
+                     kv_tokens=sum([req.kv.cur_len for req, _ in scheduled]), sampled=sampled,
+                     hits=[(req.request_id, req.kv.cur_len - n) for req, n in admitted])
+
+
+def completion(index: int, req, decode) -> CompletionOutput:
+    """A request's CompletionOutput; ``decode(ids) -> str``, or None without a tokenizer."""
+    if decode is None:
+        text = None
+    elif req.params.stop:
+        text = req.stops.text                            # decoded every step, cut at the stop string
+    else:
+        text = decode(req.output_ids)
+    asked = req.params.logprobs is not None
+    return CompletionOutput(index, text, list(req.output_ids), req.finish_reason, req.stop_reason,
+                            [logprob_dict(lp, decode) for lp in req.logprobs] if asked else None,
+                            req.cumulative_logprob if asked else None)
+
+
+def logprob_dict(lp, decode) -> dict[int, Logprob]:
+    """vLLM's shape for one position: the sampled token first (its rank), then the top ones (1..k)."""
+    text = (lambda t: decode([t])) if decode is not None else (lambda t: None)
+    d = {lp.token_id: Logprob(lp.logprob, lp.rank, text(lp.token_id))}
+    for r, (tid, v) in enumerate(lp.top, 1):
+        d.setdefault(tid, Logprob(v, r, text(tid)))
+    return d

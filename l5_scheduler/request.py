@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from l2_gather.allocator import Request as KVBlocks
+from plumbing.errors import UserError
 
 
 class RequestStatus(str, Enum):
@@ -60,6 +61,8 @@ class Request:
     cumulative_logprob: float = 0.0
     logits: list = field(default_factory=list)   # [V] per sampled token, only when the engine keeps them
     spec_ids: list[int] = field(default_factory=list)   # drafts to verify next step (lesson 11; vLLM's spec_token_ids)
+    pending: bool = False               # lesson 7's overlapped loop: its newest token is being sampled,
+                                        # counted in num_tokens, not yet in output_ids
 
     def __post_init__(self):
         if self.kv is None:
@@ -89,3 +92,24 @@ class Request:
         if start + n > self.num_tokens:                       # past the known tokens: the drafts
             ids += self.spec_ids[max(0, start - self.num_tokens):start + n - self.num_tokens]
         return ids
+
+
+def prompt_token_ids(prompt, tokenizer, V: int) -> list[int]:
+    """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""
+    if isinstance(prompt, str):
+        if tokenizer is None:
+            raise UserError("this checkpoint has no tokenizer, so a text prompt cannot be encoded: "
+                            'pass {"prompt_token_ids": [...]}.')
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    elif isinstance(prompt, dict) and set(prompt) == {"prompt_token_ids"}:
+        ids = prompt["prompt_token_ids"]
+    else:
+        raise UserError(f'a prompt must be a string or {{"prompt_token_ids": [...]}}, got {str(prompt)[:60]!r}.')
+    if not isinstance(ids, (list, tuple)) or any(isinstance(t, bool) or not isinstance(t, int) for t in ids):
+        raise UserError(f"prompt_token_ids must be a list of ints, got {str(ids)[:60]!r}.")
+    if len(ids) == 0:
+        raise UserError("the prompt is empty: give at least one token.")
+    bad = [t for t in ids if not 0 <= t < V]
+    if bad:
+        raise UserError(f"token ids {bad[:5]} are outside the vocabulary [0, {V}): use ids from this model's tokenizer.")
+    return list(ids)

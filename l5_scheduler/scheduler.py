@@ -118,6 +118,8 @@ class Scheduler:
             if budget <= 0:
                 break
             kv = req.kv
+            if req.pending and req.num_tokens >= req.stops.max_len:
+                continue                              # lesson 7: its last token is being sampled; nothing to compute
             n = req.num_tokens - kv.cur_len           # decode: 1; prefill: the rest of it
             if req.spec_ids:                          # drafts to verify (lesson 11)
                 n += self._fit_drafts(req, n, budget)
@@ -202,8 +204,9 @@ class Scheduler:
         self.finished_ids.append(req.request_id)
 
     def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
-        """A stop condition fired: free the blocks now, in the same step."""
-        self.running.remove(req)
+        """A stop condition fired: free the blocks now, in the same step. (Lesson 7's overlapped loop
+        checks a token one schedule later, so its request may have been preempted meanwhile.)"""
+        (self.running if req.status == RequestStatus.RUNNING else self.waiting).remove(req)
         self.kv.free(req.kv)
         req.status, req.finish_reason, req.stop_reason = RequestStatus.FINISHED, finish_reason, stop_reason
         self.finished_ids.append(req.request_id)

@@ -8,6 +8,7 @@ manager), given a fast runner.
     llm = LLM(None, gemv=False)                       # cuBLAS for every matmul, small steps too
     llm = LLM(None, norm_prologue=False)              # small steps: each add + RMSNorm its own kernel
     llm = LLM(None, prefill_graphs=False)             # a lone short prompt runs eagerly, as before
+    llm = LLM(None, async_scheduling=False)           # each step waits for its tokens before the next
     llm.llm_engine.runner.graph_bytes                 # memory the captured graphs hold
 
 The parts stage 7 adds, each its own file and each switchable:
@@ -17,6 +18,7 @@ The parts stage 7 adds, each its own file and each switchable:
     inputs     one pinned copy per step, the block table updated by diffs (step_inputs.py)
     runner     FastRunner, eager (runner.py), wrapped by GraphRunner (graphs.py) on a GPU
     start-up   on a GPU, every kernel variant the engine can launch is compiled first (warmup.py)
+    the loop   async scheduling: the engine's overlapped step order (l5_scheduler/engine.py)
     profiler   optional: times the parts of each step (profile.py)
 
 On a CPU there is no CUDA graph: every step runs eagerly, through the Triton interpreter.
@@ -46,12 +48,12 @@ def make_ops(model, *, fused_ops: bool = True, gemv: bool = True, norm_prologue:
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, norm_prologue: bool = True,
                  profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None,
-                 prefill_graphs: bool = True, **kw):
+                 prefill_graphs: bool = True, async_scheduling: bool = True, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
     an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
     it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
     batch): graphs for lesson 11's verify steps too; ``prefill_graphs``: for one request's short
-    prefill too (graphs.py)."""
+    prefill too (graphs.py); ``async_scheduling``: the engine's overlapped step order."""
     if runner is None:
         ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue)
         runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
@@ -61,6 +63,7 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
     if not enforce_eager and runner.device.type == "cuda" and impl == "triton":
         runner = GraphRunner(runner, verify_graphs, prefill_graphs)  # the torch reference attention cannot be captured
     return stage6.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, runner=runner,
+                               async_scheduling=async_scheduling,
                                wrap=profiler.wrap if profiler is not None else None, impl=impl, check=check, **kw)
 
 

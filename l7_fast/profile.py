@@ -8,6 +8,8 @@ Two measurements, because a profiler that records every launch also slows every 
    synchronize right after the forward, before the sampler's own sync), host time = wall - wait,
    and the host parts: schedule, execute (the runner: inputs, copy, launches), advance, sample
    (the sampler call). The rest of host time is the engine loop itself: stop checks, outputs, stats.
+   With async scheduling (the engine's overlapped order) that synchronize serialises the step, so
+   the profile shows the host work the order hides, not the overlap; time unprofiled steps for that.
 2. ``kernel_profile(fn)``: torch.profiler around ``fn``; counts the GPU kernels that ran, the
    host launch calls that started them (a CUDA-graph replay is one), and the GPU busy time
    (the union of kernel intervals, so overlapping kernels are not counted twice).
@@ -20,8 +22,8 @@ import time
 
 import torch
 
-TIMED = {"scheduler": ("schedule", "advance"), "runner": ("execute",), "sampler": ("__call__",)}
-NAMES = {"schedule": "schedule", "advance": "advance", "execute": "execute", "__call__": "sample"}
+TIMED = {"scheduler": ("schedule", "advance"), "runner": ("execute",), "sampler": ("__call__", "launch")}
+NAMES = {"schedule": "schedule", "advance": "advance", "execute": "execute", "__call__": "sample", "launch": "sample"}
 
 
 class Profiler:

@@ -3,14 +3,12 @@ continuous batching measured in the same run, and against the workload's rooflin
 
     PYTHONPATH=. python scripts/bench_e2e.py                      # GPU: 256 requests, ~5-10 minutes
     PYTHONPATH=. python scripts/bench_e2e.py --quick              # CPU smoke test of the script (tiny model)
-
 Workload: 256 requests; prompt and output lengths each uniform in [100, 1024]; random token ids;
 ignore_eos (every request runs to its max_tokens); greedy. Model: a random-weight checkpoint of
 Qwen3-0.6B's shape that the script builds itself (bf16). Peer: transformers' continuous batching
 (the manager behind ``generate_batch``), fed the same requests with the same per-request
 max_new_tokens; ``--fixed N`` also runs a fixed-output-length variant of the same prompts on both
-(``generate_batch`` itself takes one length only).
-
+(``generate_batch`` itself takes one length only). ``--no-async-scheduling``: stage 7's plain step order.
 Roofline, summed over our schedule: each step must read every weight once (the tied lm_head only
 when a row samples) and the K/V of every scheduled sequence, and write the new tokens' K/V:
 floor = bytes / copy bandwidth measured here. A second floor also counts FLOPs against a bf16
@@ -26,7 +24,6 @@ import platform
 import random
 import sys
 import time
-
 
 ENGINES = ("l5_scheduler", "l6_prefix_cache", "l7_fast")
 
@@ -49,6 +46,7 @@ def parse(argv):
     ap.add_argument("--quick", action="store_true", help="tiny model, 8 short requests: smoke-test the script (CPU ok)")
     ap.add_argument("--engine", choices=ENGINES, default="l5_scheduler", help="whose LLM runs (default l5_scheduler)")
     ap.add_argument("--enforce-eager", action="store_true", help="l7_fast only: no CUDA graphs")
+    ap.add_argument("--no-async-scheduling", action="store_true", help="l7_fast only: each step waits for its tokens")
     ap.add_argument("--no-warmup", action="store_true",
                     help="skip the script's own warm-up: time the first generate after LLM(), as a user's first call")
     return ap.parse_args(argv)
@@ -193,7 +191,7 @@ def setup(a, device):
     else:
         path, model_name, dtype = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random")), \
             "Qwen3-0.6B shape, random weights", torch.bfloat16
-    kw = dict(enforce_eager=a.enforce_eager) if a.engine == "l7_fast" else {}
+    kw = dict(enforce_eager=a.enforce_eager, async_scheduling=not a.no_async_scheduling) if a.engine == "l7_fast" else {}
     cache = dict(dir=triton_cache_dir(), entries_before_start=len(cache_entries()))
     sync()
     t = time.perf_counter()
@@ -225,8 +223,9 @@ def setup(a, device):
 
 def main(argv=None):
     a = parse(argv)
-    if a.enforce_eager and a.engine != "l7_fast":
-        print(f"note: --enforce-eager is ignored by {a.engine}: only l7_fast has CUDA graphs")
+    for flag, given in (("--enforce-eager", a.enforce_eager), ("--no-async-scheduling", a.no_async_scheduling)):
+        if given and a.engine != "l7_fast":
+            print(f"note: {flag} is ignored by {a.engine}: it is an option of l7_fast")
     if a.skip_hf and a.hf_config:
         print("note: --hf-config is ignored with --skip-hf (HF does not run)")
     t_start = time.perf_counter()
@@ -241,7 +240,8 @@ def main(argv=None):
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({platform.processor() or 'unknown'})"
     meta = dict(device=name, torch=torch.__version__, triton=triton.__version__, transformers=transformers.__version__,
                 model=model_name, dtype=str(dtype).replace("torch.", ""), copy_GBps=bw, matmul_TFLOPs=tf,
-                stage=a.engine + (" (enforce_eager)" if a.enforce_eager and a.engine == "l7_fast" else ""),
+                stage=a.engine + "".join(f" ({o})" for o, on in (("enforce_eager", a.enforce_eager),
+                                         ("no async scheduling", a.no_async_scheduling)) if on and a.engine == "l7_fast"),
                 workload=f"{len(work)} requests, prompt and output lengths uniform in [{a.min_len}, {a.max_len}], "
                          "random ids, ignore_eos, greedy",
                 engine=dict(num_blocks=ec.num_blocks, block_size=ec.block_size,

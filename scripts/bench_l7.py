@@ -10,7 +10,9 @@ Rows (cumulative; every row has the engine loop's own cheap branches, lesson 7.6
     + CUDA graphs    + decode steps replay one graph per batch bucket
     + split-KV       + decode attention split over the keys
     + small-M GEMV   + steps of <= 2 tokens: Triton GEMVs instead of cuBLAS, SwiGLU in the epilogue
-    + norm in the GEMV  + those steps: each add + RMSNorm in the next GEMV's prologue (the full stage 7)
+    + norm in the GEMV  + those steps: each add + RMSNorm in the next GEMV's prologue
+    + async scheduling  + the engine's overlapped step order: the host schedules step n+1 and
+                     checks step n's tokens while the GPU computes (the full stage 7)
 Peer, in the same run: transformers' ``generate`` on the same checkpoint (single stream).
 
 Per row:
@@ -22,9 +24,11 @@ Per row:
                      l7_fast.profile); graph memory
     host, 256        at 256 running requests (prompts of 512..527 tokens, so block boundaries are
                      spread over the steps as in real traffic), stage 7 against the same engine
-                     with the plain parts (harness/plain_parts.py: no cheap branches): ms per step
-                     (unprofiled), host ms per step and its parts (median over 48 steps, the two
-                     engines alive at once and stepped in interleaved blocks of 8), GPU busy
+                     with the plain parts (harness/plain_parts.py: no cheap branches) and against
+                     itself in the plain step order: ms per step (unprofiled), host ms per step
+                     and its parts (median over 48 steps, the engines alive at once and stepped in
+                     interleaved blocks of 8; the Profiler's sync after each forward serialises
+                     the overlapped order, so its host figure is the work it hides), GPU busy
     profile          torch.profiler over 8 such steps, LAST (once the profiler has run, every later
                      launch in the process is slower; HF is timed before it):
                      GPU kernels per step, host launch calls per step, GPU busy ms per step;
@@ -81,8 +85,11 @@ ROWS = [("stage 6", None),
         ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
         ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False)),
         ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=False)),
-        ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True))]
-HOST_ROWS = [("plain parts", PLAIN), ("stage 7", ROWS[-1][1])]     # at 256 running: without / with the cheap branches
+        ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
+                                    async_scheduling=False)),
+        ("+ async scheduling", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
+                                    async_scheduling=True))]
+HOST_ROWS = [("plain parts", PLAIN), ("plain order", ROWS[-2][1]), ("stage 7", ROWS[-1][1])]   # at 256 running
 
 
 def measure_row(label, fast, model, config, prompts, a, bw, tokens) -> dict:

@@ -287,7 +287,7 @@ def _engines(model, tok, cfg):
     from l5_scheduler.engine import LLMEngine
     from l7_fast import build_engine
     from l7_fast.runner import FastRunner
-    real = build_engine(model, tok, cfg, impl="torch", fused_ops=False, check=True)
+    real = build_engine(model, tok, cfg, impl="torch", fused_ops=False, check=True, async_scheduling=False)  # stats per step
     sched = PlainScheduler(PlainKVCacheManager(cfg.num_blocks, cfg.block_size), cfg.max_num_batched_tokens,
                            cfg.max_num_seqs)
     plain = LLMEngine(model, tok, cfg, scheduler=sched, sampler=PlainSampler(),
