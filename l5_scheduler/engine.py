@@ -187,25 +187,26 @@ class LLMEngine:
         return results
 
     def _step_overlapped(self) -> list[StepOutput]:
-        """Lesson 7's order of the same work (vLLM's async scheduling): the wait for step n's tokens
-        comes after step n+1 is scheduled, and their stop checks after step n+1 is launched, so that
-        host work runs while the GPU computes. A request that stopped at step n has computed one
-        token too many in step n+1 (dropped); one that ends by length is not scheduled again."""
+        """Lesson 7's order of the same work (vLLM's async scheduling): step n+1 is scheduled and
+        launched before the host waits for step n's tokens (the runner copies them into its inputs
+        on the device: ``fill_pending``), and their stop checks run while the GPU computes. A request
+        that stopped at step n computes one wasted token in step n+1 (its row is dropped); one that
+        ends by length is not scheduled again."""
         sched, pend = self.scheduler, self._pending
         self._pending = None
         out = sched.schedule()                               # step n+1, the GPU still on step n
-        got = self._take(*pend, True) if pend is not None else []   # the one sync: step n's tokens
         if not out.scheduled:                                # the rest are finishing: the runner hears
             if pend is None:                                 # of those that finished with the next step
                 raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
             sched.finished_ids[:0] = out.finished_ids
+        ran = self.runner.execute(out) if out.scheduled else None   # launched: the GPU runs while...
+        got = self._take(*pend, True) if pend is not None else []   # ...the host waits for step n's tokens,
         running, waiting = len(sched.running), len(sched.waiting)
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        ran = self.runner.execute(out) if out.scheduled else None   # launched: the GPU runs while...
         if ran is not None:
             self.last_meta = ran.meta
-            sched.advance(out)
-        results, finished = self._stop_checks(got)           # ...the host checks step n's tokens
+            sched.advance(out)                               # (the cache hashes blocks: tokens known now)
+        results, finished = self._stop_checks(got)           # ...and checks them
         live = [k for k, req in enumerate(sampling) if req.status == RequestStatus.RUNNING]
         if live:
             logits, argmax = ran.logits, ran.argmax
@@ -213,10 +214,11 @@ class LLMEngine:
                 idx = torch.tensor(live, device=logits.device)
                 logits, argmax = logits[idx], None if argmax is None else argmax[idx]
             reqs = [sampling[k] for k in live]
-            self._pending = (reqs, self.sampler.launch(logits, [req.row for req in reqs], argmax), logits)
-            for req in reqs:
+            sampled = self.sampler.launch(logits, [req.row for req in reqs], argmax)
+            self._pending = (reqs, sampled, logits.clone() if self.keep_logits else None)   # (a graph's
+            for k, req in enumerate(reqs):                   # logits are overwritten by the next replay)
                 req.num_tokens += 1                          # counted now, appended by the next step
-                req.pending = True
+                req.pending = (sampled.ids, k)
         if self.keep_stats and out.scheduled:
             self.stats.append(step_stats(self, out, running, waiting, len(live), finished))
         return results
@@ -228,7 +230,7 @@ class LLMEngine:
         got = []
         for i, (req, tok) in enumerate(zip(sampling, so.token_ids_list)):
             if counted:
-                req.pending = False
+                req.pending = None
                 if req.status == RequestStatus.FINISHED:     # aborted while its token was sampled
                     continue
             else:

@@ -18,6 +18,7 @@ import torch
 from l3_paged.cache import PagedKVCache
 from l3_paged.metadata import PagedMeta, build_meta
 
+from .request import fill_pending
 from .scheduler import SchedulerOutput
 
 
@@ -43,7 +44,9 @@ class ModelRunner:
         for req, n in out.scheduled:
             ids += req.tokens(req.num_computed_tokens, n)
         meta = build_meta([(req.kv, n) for req, n in out.scheduled], self.block_size, self.device, out.sample)
-        return torch.tensor(ids, device=self.device), meta       # [T] int64, T = out.num_tokens
+        input_ids = torch.tensor(ids, device=self.device)        # [T] int64, T = out.num_tokens
+        fill_pending(input_ids, out.scheduled)                   # (lesson 7's async scheduling)
+        return input_ids, meta
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         """One forward pass: logits [S', V] float32 (S' = rows that sample) and the metadata.

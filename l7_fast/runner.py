@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from l5_scheduler.request import fill_pending
 from l5_scheduler.runner import RunnerOutput
 from plumbing.exercise import learner_can_replace
 
@@ -136,6 +137,7 @@ class FastRunner:
         lay = Layout(t, len(seq_lens), len(logits), len(upd_index))
         self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
         self.buf.upload(lay)
+        fill_pending(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled)   # async scheduling (engine.py)
         return lay, max(seq_lens)
 
     def _prepare_decodes(self, out, pad_to, upd_index, upd_block):
@@ -158,6 +160,7 @@ class FastRunner:
         self.buf.write(lay, ids, positions, slots, self._arange[:S], self._arange[:S + 1], None, rows,
                        upd_index, upd_block)                  # seq_lens None: positions + 1
         self.buf.upload(lay)
+        fill_pending(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled)   # async scheduling (engine.py)
         return lay, max_kv
 
     def meta(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):

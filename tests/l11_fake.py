@@ -64,7 +64,7 @@ class FakeRunner:
         tops = []
         for (req, n), sample in zip(out.scheduled, out.sample):
             start, slots = req.kv.cur_len, req.kv.slot_indices
-            for j, t in enumerate(req.tokens(start, n)):
+            for j, t in enumerate(self.tokens(req, start, n)):
                 self.store[slots[start + j]] = (start + j, t)
             if sample:
                 for p in range(start + n - 1 - len(req.spec_ids), start + n):
@@ -73,8 +73,11 @@ class FakeRunner:
         logits[torch.arange(len(tops)), torch.tensor(tops, dtype=torch.int64)] = 1.0
         return RunnerOutput(logits, None)
 
+    def tokens(self, req, start: int, n: int) -> list[int]:
+        return req.tokens(start, n)
+
     def read(self, req, p: int) -> list[int]:
-        want = req.tokens(0, p + 1)
+        want = self.tokens(req, 0, p + 1)
         got = [self.store.get(req.kv.slot_indices[q]) for q in range(p + 1)]
         bad = next((q for q in range(p + 1) if got[q] != (q, want[q])), None)
         _check("no refused guess is ever read: every position a step reads holds the request's own token",

@@ -59,6 +59,14 @@ class Runner(FakeRunner):
             self.last[req.request_id] = max(self.last.get(req.request_id, -1), req.kv.cur_len + n - 1)
         return super().execute(out)
 
+    def tokens(self, req, start: int, n: int) -> list[int]:
+        """``req.tokens``, with a pending token read from the sampler's output (what fill_pending does
+        on the device; the fake's sampler ran on the CPU, so it is there already)."""
+        ids = req.tokens(start, n)
+        if req.pending is not None and start + n == req.num_tokens:
+            ids[-1] = int(req.pending[0][req.pending[1]])
+        return ids
+
 
 def build(w: Workload, scheduler_cls=Scheduler, async_scheduling: bool = True) -> LLMEngine:
     config = EngineConfig(w.block_size, w.num_blocks, w.budget, w.max_num_seqs, 100_000)

@@ -4,9 +4,10 @@
    5's scheduler, stage 6's prefix cache and stage 4's sampler, on workloads that share prefixes,
    chunk, preempt, end by EOS and by length, and abort requests in flight. Planted bugs show that
    each invariant can fail. Tiers as in tests/test_l6_fuzz.py.
-2. The tiny model through stage 7's LLM on the CPU: the same tokens, logprobs and finish reasons
-   with async scheduling on and off, over a batch that chunks, preempts, stops on a token, samples
-   with seeds and penalties, and asks for n = 2.
+2. The tiny model through stage 7's engine and stage 5's (each runner copies the pending tokens
+   into its inputs on the device, ``fill_pending``), on the CPU: the same tokens, logprobs and
+   finish reasons with async scheduling on and off, over a batch that chunks, preempts, stops on a
+   token, samples with seeds and penalties, and asks for n = 2.
 """
 import pytest
 from hypothesis import given
@@ -51,14 +52,14 @@ def test_l7_async_and_plain_order_give_the_same_outputs_on_the_pinned_workload()
 # ---- every invariant can fail: planted bugs --------------------------------------------------
 class IgnoresPending(Scheduler):        # schedules a request whose last token (by length) is being sampled
     def schedule(self):
-        held = [req for req in self.running if req.pending]
+        held = {req: req.pending for req in self.running if req.pending is not None}
         for req in held:
-            req.pending = False
+            req.pending = None
         try:
             return super().schedule()
         finally:
-            for req in held:
-                req.pending = True
+            for req, p in held.items():
+                req.pending = p
 
 
 class StoppedStaysRunning(Scheduler):   # a stopped request still looks running: its next row is not dropped
@@ -89,15 +90,17 @@ def test_l7_async_search_finds_each_planted_bug_from_scratch(invariant, cls):
 PROMPTS = [[(7 * j + 11 * i) % 240 + 5 for j in range(6 + 9 * i)] for i in range(6)]
 
 
-def _serve(model, params, on: bool):
+def _serve(model, params, on: bool, stage: int = 7):
     """Every request's (tokens, finish reason, cumulative logprob), and the preemptions, in a pool
-    small enough to preempt and a budget small enough to chunk."""
+    small enough to preempt and a budget small enough to chunk; stage 7's runner or stage 5's."""
+    from l5_scheduler import build_engine as build5
     from l5_scheduler.config import make_config
-    from l7_fast import build_engine
+    from l7_fast import build_engine as build7
     p = next(model.parameters())
     cfg = make_config(model.cfg, str(p.device), p.dtype, block_size=4, num_gpu_blocks_override=16,
                       max_num_batched_tokens=16)
-    e = build_engine(model, None, cfg, impl="torch", fused_ops=False, async_scheduling=on)   # the order, not the kernels
+    kw = dict(fused_ops=False) if stage == 7 else {}         # the order is under test, not the kernels
+    e = (build7 if stage == 7 else build5)(model, None, cfg, impl="torch", async_scheduling=on, **kw)
     ids = [e.add_request({"prompt_token_ids": pr}, sp) for pr, sp in zip(PROMPTS, params)]
     while e.has_unfinished_requests():
         e.step()
@@ -107,7 +110,8 @@ def _serve(model, params, on: bool):
         sum(o.num_preemptions for o in outs)
 
 
-def test_l7_async_scheduling_gives_the_plain_orders_tokens_on_the_tiny_model(tiny):
+@pytest.mark.parametrize("stage", [5, 7])
+def test_l7_async_scheduling_gives_the_plain_orders_tokens_on_the_tiny_model(tiny, stage):
     from l4_sampler.params import SamplingParams
     model, _ = tiny("qwen3")
     greedy = SamplingParams(temperature=0, max_tokens=10)
@@ -117,7 +121,7 @@ def test_l7_async_scheduling_gives_the_plain_orders_tokens_on_the_tiny_model(tin
               SamplingParams(temperature=0.9, seed=3, max_tokens=8, presence_penalty=0.5),
               SamplingParams(temperature=1.0, seed=5, max_tokens=6, n=2),
               SamplingParams(temperature=0, max_tokens=1)]
-    (plain, pre0), (overlapped, pre1) = _serve(model, params, False), _serve(model, params, True)
+    (plain, pre0), (overlapped, pre1) = _serve(model, params, False, stage), _serve(model, params, True, stage)
     assert [c[:2] for c in overlapped] == [c[:2] for c in plain]
     assert plain[0][1] == "stop" and len(plain[0][0]) == 4 and pre0 > 0 and pre1 > 0
     lps = [(a[2], b[2]) for a, b in zip(overlapped, plain) if a[2] is not None]
