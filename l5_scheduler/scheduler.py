@@ -118,7 +118,7 @@ class Scheduler:
             if budget <= 0:
                 break
             kv = req.kv
-            if req.pending and req.num_tokens >= req.stops.max_len:
+            if req.pending is not None and req.num_tokens >= req.stops.max_len:
                 continue                              # lesson 7: its last token is being sampled; nothing to compute
             n = req.num_tokens - kv.cur_len           # decode: 1; prefill: the rest of it
             if req.spec_ids:                          # drafts to verify (lesson 11)

@@ -43,9 +43,11 @@ class Profiler:
 
     def step(self, engine):
         self._parts, self._wait = {}, 0.0
-        t0 = time.perf_counter()
+        t0, n = time.perf_counter(), len(engine.stats)
         results = engine.step()
         wall = time.perf_counter() - t0
+        if len(engine.stats) == n:               # async scheduling's last call: it only took the tokens
+            return results
         st = engine.stats[-1]
         self.timings.append(dict(wall_ms=wall * 1e3, wait_ms=self._wait * 1e3, host_ms=(wall - self._wait) * 1e3,
                                  mode=engine.runner.mode_log[-1], tokens=st.prefill_tokens + st.decode_tokens,

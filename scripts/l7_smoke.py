@@ -4,6 +4,7 @@
     python scripts/l7_smoke.py --profile             # per-step breakdown: host, GPU wait, launches
     python scripts/l7_smoke.py --enforce-eager       # no CUDA graphs (vLLM's flag)
     python scripts/l7_smoke.py --no-fused-ops --no-split-kv   # stage 3's kernel and the torch ops
+    python scripts/l7_smoke.py --no-async-scheduling # each step waits for its tokens before the next
 
 The usual prompt's tokens must equal stage 6's (and so lesson 1's). On a CPU there is no CUDA
 graph (every step runs eagerly, through the Triton interpreter, and says so), and --profile
@@ -26,6 +27,8 @@ def build(args, ld, profiler=None, build_engine=None):
         from l7_fast import build_engine
     kw = dict(enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
               fused_ops=args.fused_ops, split_kv=args.split_kv, profiler=profiler)
+    if args.async_scheduling is not None:            # unset: the stage's default (on; off with a drafter)
+        kw["async_scheduling"] = args.async_scheduling
     return make_engine(args, ld, build_engine, **kw)
 
 
@@ -68,6 +71,9 @@ def parser(stage: str, doc: str):
                    help="fused Triton norm / RoPE+KV-write / SiLU kernels (default on; off: the torch ops)")
     g.add_argument("--split-kv", action=argparse.BooleanOptionalAction, default=True,
                    help="split the keys of decode steps over more programs (default on)")
+    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                   help="schedule and launch step n+1 before waiting for step n's tokens (default on; "
+                        "off with speculative decoding)")
     g.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
     return p
 

@@ -68,7 +68,7 @@ def _engines(model, config):
     plain = LLMEngine(model, None, config, scheduler=sched, sampler=PlainSampler(),
                       runner=FastRunner(model, config, TorchOps()))
     return {"plain parts, stage 7's runner": plain, "stage 6": build6(model, None, config),
-            "stage 7": build7(model, None, config)}
+            "stage 7": build7(model, None, config, async_scheduling=False)}   # (7.11 hides host work, 7.6 counts it)
 
 
 def _decoding_engines(n: int, new: int):
