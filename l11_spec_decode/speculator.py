@@ -42,7 +42,7 @@ import itertools
 
 import torch
 
-from l4_sampler.sampler import (RowState, _logprobs, apply_min_p, apply_min_tokens, apply_penalties,
+from l4_sampler.sampler import (RowState, Sampled, apply_min_p, apply_min_tokens, apply_penalties,
                                 apply_temperature, apply_top_k_top_p, noise_seed)
 
 from .rejection import rejection_sample
@@ -165,7 +165,7 @@ class Speculator:
         flat_ids = [t for toks in new for t in toks]
         raw = logits[flat_rows].to(torch.float32).log_softmax(-1)
         ids = torch.tensor(flat_ids, device=logits.device)
-        lp = _logprobs(raw, ids, flat_ids, [rows[w] for w in flat_rows])
+        lp = Sampled(ids, raw, [rows[w] for w in flat_rows]).result().logprobs
         out, o = [], 0
         for toks in new:
             out.append(lp[o:o + len(toks)])

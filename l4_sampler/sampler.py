@@ -259,37 +259,37 @@ class Sampler:
 
 
 class Sampled:
-    """A sampler call in flight: the ids on the device, and on their way to pinned host memory."""
+    """A sampler call in flight: ids (and logprobs) on the device, on their way to pinned memory."""
 
     def __init__(self, ids: torch.Tensor, raw: torch.Tensor | None, rows: list[RowState]):
-        self.ids, self.raw, self.rows = ids, raw, rows
-        self.host, self.done = ids, None
-        if ids.device.type == "cuda":            # a copy that does not make the host wait
-            self.host = torch.empty(ids.shape, dtype=ids.dtype, pin_memory=True)
-            self.host.copy_(ids, non_blocking=True)
+        self.ids, self.rows, self.done = ids, rows, None
+        parts = [ids] + (_logprob_tensors(raw, ids, rows) if raw is not None else [])
+        if ids.device.type == "cuda":            # copies that do not make the host wait
+            parts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in parts]
             self.done = torch.cuda.Event()
             self.done.record()
+        self.host = parts
 
     def result(self) -> SamplerOutput:
-        # The step's one host sync: it waits for everything queued before the copy (the forward
-        # and the sampler). It cannot go: stops are checked in Python on host ints, and the
-        # scheduler must know who finished. Lesson 7's overlapped loop waits here only after it
-        # has scheduled the next step, so that host work hides behind the GPU's.
+        # The step's one host sync: it waits for everything queued before the copies. It cannot
+        # go: stops are checked on host ints, and the scheduler must know who finished. Lesson 7's
+        # overlapped loop waits here after it has launched the next step.
         if self.done is not None:
             self.done.synchronize()
-        ids_list = self.host.tolist()
-        logprobs = _logprobs(self.raw, self.ids, ids_list, self.rows) if self.raw is not None else None
-        return SamplerOutput(self.ids, ids_list, logprobs)
+        ids_list = self.host[0].tolist()
+        lps = _logprobs(ids_list, self.rows, *[t.tolist() for t in self.host[1:]]) if len(self.host) > 1 else None
+        return SamplerOutput(self.ids, ids_list, lps)
 
 
-def _logprobs(raw: torch.Tensor, ids: torch.Tensor, ids_list: list[int],
-              rows: list[RowState]) -> list:
+def _logprob_tensors(raw: torch.Tensor, ids: torch.Tensor, rows: list[RowState]) -> list[torch.Tensor]:
     n = min(max(r.params.logprobs or 0 for r in rows), raw.shape[1])
     top_lp, top_ids = raw.topk(n, dim=-1)                 # [B, n] each
     chosen = raw.gather(1, ids[:, None])[:, 0]            # [B]
     rank = (raw > chosen[:, None]).sum(-1) + 1            # [B]: vLLM's rank, 1-based
-    # Called after the step's sync: these copies wait only for the few kernels above.
-    top_lp, top_ids, chosen, rank = top_lp.tolist(), top_ids.tolist(), chosen.tolist(), rank.tolist()
+    return [top_lp, top_ids, chosen, rank]
+
+
+def _logprobs(ids_list: list[int], rows: list[RowState], top_lp, top_ids, chosen, rank) -> list:
     out: list[TokenLogprobs | None] = []
     for i, r in enumerate(rows):
         if r.params.logprobs is None:

@@ -43,7 +43,7 @@ import dataclasses
 import torch
 
 from l4_sampler.params import SamplingParams
-from l4_sampler.sampler import RowState, SamplerOutput
+from l4_sampler.sampler import RowState, SamplerOutput, _to_device
 from l4_sampler.stops import StopChecker
 from plumbing.errors import UserError
 
@@ -193,14 +193,15 @@ class LLMEngine:
         that stopped at step n computes one wasted token in step n+1 (its row is dropped); one that
         ends by length is not scheduled again."""
         sched, pend = self.scheduler, self._pending
-        self._pending = None
         out = sched.schedule()                               # step n+1, the GPU still on step n
         if not out.scheduled:                                # the rest are finishing: the runner hears
             if pend is None:                                 # of those that finished with the next step
                 raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
             sched.finished_ids[:0] = out.finished_ids
         ran = self.runner.execute(out) if out.scheduled else None   # launched: the GPU runs while...
-        got = self._take(*pend, True) if pend is not None else []   # ...the host waits for step n's tokens,
+        so = pend[1].result() if pend is not None else None  # ...the host waits for step n's tokens,
+        self._pending = None                                 # (interrupted before here: still in flight)
+        got = self._take(pend[0], so, pend[2], True) if pend is not None else []
         running, waiting = len(sched.running), len(sched.waiting)
         sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
         if ran is not None:
@@ -211,7 +212,7 @@ class LLMEngine:
         if live:
             logits, argmax = ran.logits, ran.argmax
             if len(live) < len(sampling):                    # a row whose request just stopped: dropped
-                idx = torch.tensor(live, device=logits.device)
+                idx = _to_device(live, torch.int64, logits.device)   # (pinned: no wait for the GPU)
                 logits, argmax = logits[idx], None if argmax is None else argmax[idx]
             reqs = [sampling[k] for k in live]
             sampled = self.sampler.launch(logits, [req.row for req in reqs], argmax)

@@ -126,7 +126,7 @@ def fill_pending(input_ids, scheduled) -> None:
     for req, n in scheduled:
         if req.pending is not None:
             ids, i = req.pending
-            dst.append(t)                                     # a pending request decodes: its one token
+            dst.append(t + n - 1)                             # its newest token ends its chunk (n = 1)
             src.append(i)
         t += n
     if not dst:
