@@ -113,20 +113,32 @@ def build(w: Workload, scheduler_cls=Scheduler, speculator_cls=Speculator) -> LL
                      runner=FakeRunner(), sampler=Sampler(0), speculator=spec)
 
 
+def arrivals(w) -> list:
+    """The workload's requests in arrival order: (step, index, doc, shared, own, max_tokens)."""
+    return sorted(((a, i, d, s, o, m) for i, (d, s, o, m, a) in enumerate(w.requests)), key=lambda x: x[:2])
+
+
+def arrive(eng, pending: list, step: int, expect: dict) -> dict:
+    """Add the requests due by ``step`` (greedy); ``expect[rid]`` = the solo run. Returns {index: rid}."""
+    added = {}
+    while pending and pending[0][0] <= step:
+        _, i, d, s, o, mt = pending.pop(0)
+        prompt = prompt_of(i, d, s, o)
+        try:
+            rid = eng.add_request({"prompt_token_ids": prompt}, SamplingParams(max_tokens=mt, temperature=0))
+        except UserError:                       # longer than the whole pool: refused at add
+            continue
+        expect[rid], added[i] = solo(prompt, mt), rid
+    return added
+
+
 def run(w: Workload, scheduler_cls=Scheduler, speculator_cls=Speculator, max_steps: int = 20_000) -> dict:
     eng = build(w, scheduler_cls, speculator_cls)
     sched = eng.scheduler
-    pending = sorted(((a, i, d, s, o, m) for i, (d, s, o, m, a) in enumerate(w.requests)), key=lambda x: x[:2])
+    pending = arrivals(w)
     expect, step = {}, 0
     while pending or eng.has_unfinished_requests():
-        while pending and pending[0][0] <= step:
-            _, i, d, s, o, mt = pending.pop(0)
-            prompt = prompt_of(i, d, s, o)
-            try:
-                rid = eng.add_request({"prompt_token_ids": prompt}, SamplingParams(max_tokens=mt, temperature=0))
-            except UserError:                       # longer than the whole pool: refused at add
-                continue
-            expect[rid] = solo(prompt, mt)
+        arrive(eng, pending, step, expect)
         if eng.has_unfinished_requests():
             _check("every request finishes (progress every step)", step < max_steps, lambda: f"step {step}")
             eng.step()

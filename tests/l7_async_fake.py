@@ -22,19 +22,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from l4_sampler.params import SamplingParams
 from l4_sampler.sampler import Sampler
 from l5_fake import _check as l5_check
-from l5_fake import solo
 from l5_fake import EOS, V
 from l5_scheduler.config import EngineConfig
 from l5_scheduler.engine import LLMEngine
 from l5_scheduler.scheduler import Scheduler
 import l6_fake
-from l6_fake import prompt_of
 from l6_prefix_cache.kv_manager import KVCacheManager
-from l11_fake import FakeRunner
-from plumbing.errors import UserError
+from l11_fake import FakeRunner, arrivals, arrive
 
 CHECKS: Counter = Counter()
 EXAMPLES: Counter = Counter()
@@ -79,18 +75,12 @@ def build(w: Workload, scheduler_cls=Scheduler, async_scheduling: bool = True) -
 def run(w: Workload, scheduler_cls=Scheduler, async_scheduling: bool = True, max_steps: int = 20_000) -> dict:
     eng = build(w, scheduler_cls, async_scheduling)
     sched = eng.scheduler
-    pending = sorted(((a, i, d, s, o, m) for i, (d, s, o, m, a) in enumerate(w.requests)), key=lambda x: x[:2])
+    pending = arrivals(w)
     aborts = sorted((step, i) for i, step in w.aborts)
     expect, ids, aborted, step, reqs = {}, {}, set(), 0, {}
     while pending or eng.has_unfinished_requests():
-        while pending and pending[0][0] <= step:
-            _, i, d, s, o, mt = pending.pop(0)
-            prompt = prompt_of(i, d, s, o)
-            try:
-                rid = eng.add_request({"prompt_token_ids": prompt}, SamplingParams(max_tokens=mt, temperature=0))
-            except UserError:                       # longer than the whole pool: refused at add
-                continue
-            expect[rid], ids[i], reqs[rid] = solo(prompt, mt), rid, eng.requests[rid]
+        for i, rid in arrive(eng, pending, step, expect).items():
+            ids[i], reqs[rid] = rid, eng.requests[rid]
         while aborts and aborts[0][0] <= step:
             rid = ids.get(aborts.pop(0)[1])
             if rid is not None and rid in eng.requests and not eng.output(rid).finished:
