@@ -126,3 +126,13 @@ def test_l7_async_scheduling_gives_the_plain_orders_tokens_on_the_tiny_model(tin
     assert plain[0][1] == "stop" and len(plain[0][0]) == 4 and pre0 > 0 and pre1 > 0
     lps = [(a[2], b[2]) for a, b in zip(overlapped, plain) if a[2] is not None]
     assert lps and all(abs(a - b) < 1e-4 for a, b in lps)
+
+
+def test_l7_async_scheduling_with_a_drafter_is_refused_and_off_by_default_there():
+    from l11_spec_decode import LLM
+    from plumbing.errors import UserError
+    spec = dict(method="ngram", num_speculative_tokens=2, prompt_lookup_max=3)
+    with pytest.raises(UserError, match="async scheduling cannot run with speculative decoding"):
+        LLM(None, impl="torch", fused_ops=False, async_scheduling=True, speculative_config=spec)
+    assert not LLM(None, impl="torch", fused_ops=False, speculative_config=spec).llm_engine.overlap
+    assert LLM(None, impl="torch", fused_ops=False).llm_engine.overlap       # stage 7's default, no drafter
