@@ -101,7 +101,7 @@ def noise_seed(seed: int, position: int) -> int:
     return _splitmix64((_splitmix64(seed & MASK64) + position) & MASK64)
 
 
-def _to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Host list -> device tensor without making the host wait for the GPU's queued work."""
     t = torch.tensor(data, dtype=dtype)
     if device.type == "cuda":
@@ -113,7 +113,7 @@ def token_counts(id_lists: list[list[int]], V: int, device: torch.device) -> tor
     """[B, V] float32: how many times each token id occurs in each row's list."""
     L = max(1, max(len(ids) for ids in id_lists))
     padded = [ids + [V] * (L - len(ids)) for ids in id_lists]   # pad id V: a spare column
-    ids = _to_device(padded, torch.int64, device)                # [B, L]
+    ids = to_device(padded, torch.int64, device)                # [B, L]
     counts = torch.zeros(len(id_lists), V + 1, device=device)    # [B, V+1]
     counts.scatter_add_(1, ids, torch.ones(ids.shape, device=device))
     return counts[:, :V]                                         # [B, V]
@@ -125,7 +125,7 @@ def apply_min_tokens(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     flat = [i * V + t for i, r in enumerate(rows) if len(r.output_ids) < r.params.min_tokens
             for t in (*(() if r.params.ignore_eos else r.eos_token_ids), *r.params.stop_token_ids)]
     if flat:   # flat index row * V + token: index_fill_ does not sync (z[rows, tokens] = x does)
-        z.view(-1).index_fill_(0, _to_device(flat, torch.int64, z.device), NEG_INF)
+        z.view(-1).index_fill_(0, to_device(flat, torch.int64, z.device), NEG_INF)
     return z
 
 
@@ -134,9 +134,9 @@ def apply_penalties(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     if not any(r.params.has_penalties for r in rows):
         return z
     V = z.shape[1]
-    rep = _to_device([r.params.repetition_penalty for r in rows], torch.float32, z.device)[:, None]
-    freq = _to_device([r.params.frequency_penalty for r in rows], torch.float32, z.device)[:, None]
-    pres = _to_device([r.params.presence_penalty for r in rows], torch.float32, z.device)[:, None]
+    rep = to_device([r.params.repetition_penalty for r in rows], torch.float32, z.device)[:, None]
+    freq = to_device([r.params.frequency_penalty for r in rows], torch.float32, z.device)[:, None]
+    pres = to_device([r.params.presence_penalty for r in rows], torch.float32, z.device)[:, None]
     out = token_counts([r.output_ids if r.params.has_penalties else [] for r in rows], V, z.device)
     in_prompt = token_counts([r.prompt_ids if r.params.repetition_penalty != 1.0 else []
                               for r in rows], V, z.device) > 0  # [B, V] bool
@@ -150,14 +150,14 @@ def apply_penalties(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
 def apply_temperature(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     """Step 3. Greedy rows are divided by 1 (their argmax was already taken)."""
     t = [1.0 if r.params.greedy else r.params.temperature for r in rows]
-    return z / _to_device(t, torch.float32, z.device)[:, None]      # [B, V]
+    return z / to_device(t, torch.float32, z.device)[:, None]      # [B, V]
 
 
 def apply_min_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     """Step 4. Keep exactly the tokens with p >= min_p * p_max, p = softmax(z) after temperature."""
     if all(r.params.min_p == 0.0 for r in rows):
         return z
-    min_p = _to_device([r.params.min_p for r in rows], torch.float32, z.device)
+    min_p = to_device([r.params.min_p for r in rows], torch.float32, z.device)
     probs = z.softmax(-1)                                            # [B, V]
     threshold = min_p[:, None] * probs.amax(-1, keepdim=True)        # [B, 1]
     return z.masked_fill(probs < threshold, NEG_INF)
@@ -179,8 +179,8 @@ def apply_top_k_top_p(z: torch.Tensor, rows: list[RowState]) -> torch.Tensor:
     ps = [r.params.top_p for r in rows]
     if all(k == V for k in ks) and all(p == 1.0 for p in ps):
         return z
-    k = _to_device(ks, torch.int64, z.device)[:, None]               # [B, 1]
-    p = _to_device(ps, torch.float32, z.device)[:, None]             # [B, 1]
+    k = to_device(ks, torch.int64, z.device)[:, None]               # [B, 1]
+    p = to_device(ps, torch.float32, z.device)[:, None]             # [B, 1]
     sorted_z, order = z.sort(dim=-1, descending=True, stable=True)   # [B, V] each; O(BV log V)
     rank = torch.arange(V, device=z.device)[None, :]                 # [1, V]
     keep = rank < k                                                  # top-k: exactly k ranks
@@ -242,7 +242,7 @@ class Sampler:
             z = apply_top_k_top_p(apply_min_p(apply_temperature(z, rows), rows), rows)
             sampled = self._race(z.softmax(-1), rows)    # [B]
             ids = sampled if not any(greedy) else torch.where(
-                _to_device(greedy, torch.bool, z.device), ids, sampled)
+                to_device(greedy, torch.bool, z.device), ids, sampled)
         return Sampled(ids, raw, rows)
 
     def _race(self, probs: torch.Tensor, rows: list[RowState]) -> torch.Tensor:

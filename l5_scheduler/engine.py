@@ -43,7 +43,7 @@ import dataclasses
 import torch
 
 from l4_sampler.params import SamplingParams
-from l4_sampler.sampler import RowState, SamplerOutput, _to_device
+from l4_sampler.sampler import RowState, to_device
 from l4_sampler.stops import StopChecker
 from plumbing.errors import UserError
 
@@ -212,7 +212,7 @@ class LLMEngine:
         if live:
             logits, argmax = ran.logits, ran.argmax
             if len(live) < len(sampling):                    # a row whose request just stopped: dropped
-                idx = _to_device(live, torch.int64, logits.device)   # (pinned: no wait for the GPU)
+                idx = to_device(live, torch.int64, logits.device)   # (pinned: no wait for the GPU)
                 logits, argmax = logits[idx], None if argmax is None else argmax[idx]
             reqs = [sampling[k] for k in live]
             sampled = self.sampler.launch(logits, [req.row for req in reqs], argmax)
@@ -226,8 +226,6 @@ class LLMEngine:
 
     def _take(self, sampling: list[Request], so, logits, counted: bool) -> list[tuple[Request, int]]:
         """Each sampled request's new token (and logprob); ``counted``: already in num_tokens."""
-        if not isinstance(so, SamplerOutput):
-            so = so.result()                                 # a sampler call in flight: wait for it
         got = []
         for i, (req, tok) in enumerate(zip(sampling, so.token_ids_list)):
             if counted:

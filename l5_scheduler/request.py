@@ -92,7 +92,7 @@ class Request:
         if start + n > self.num_tokens:                       # past the known tokens: the drafts
             ids += self.spec_ids[max(0, start - self.num_tokens):start + n - self.num_tokens]
         elif self.pending is not None and start + n == self.num_tokens:
-            ids.append(0)                                     # still on the device: fill_pending puts it here
+            ids.append(0)                                     # still on the device: runner.fill_pending puts it here
         return ids
 
 
@@ -115,27 +115,3 @@ def prompt_token_ids(prompt, tokenizer, V: int) -> list[int]:
     if bad:
         raise UserError(f"token ids {bad[:5]} are outside the vocabulary [0, {V}): use ids from this model's tokenizer.")
     return list(ids)
-
-
-def fill_pending(input_ids, scheduled) -> None:
-    """Lesson 7's async scheduling: a decoding request's newest token may still be on the device,
-    sampled by the step before and not yet seen by the host (``tokens`` gave a 0 for it). Copy each
-    from the sampler's output into its place in this step's ``input_ids``, on the device, in
-    stream order: the forward launched next reads it, and the host never waits for it."""
-    dst, src, t, ids = [], [], 0, None
-    for req, n in scheduled:
-        if req.pending is not None:
-            ids, i = req.pending
-            dst.append(t + n - 1)                             # its newest token ends its chunk (n = 1)
-            src.append(i)
-        t += n
-    if not dst:
-        return
-    if dst == src and dst[-1] == len(dst) - 1:                # the usual decode step: same rows, same order
-        input_ids[:len(dst)].copy_(ids[:len(dst)])
-    else:
-        import torch
-        idx = torch.tensor([dst, src], dtype=torch.int64)
-        if input_ids.is_cuda:                                 # a copy that does not make the host wait
-            idx = idx.pin_memory().to(input_ids.device, non_blocking=True)
-        input_ids[idx[0]] = ids[idx[1]]

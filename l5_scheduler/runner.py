@@ -17,8 +17,8 @@ import torch
 
 from l3_paged.cache import PagedKVCache
 from l3_paged.metadata import PagedMeta, build_meta
+from l4_sampler.sampler import to_device
 
-from .request import fill_pending
 from .scheduler import SchedulerOutput
 
 
@@ -53,3 +53,24 @@ class ModelRunner:
         Nothing is kept between steps, so the output's finished and new-block lists need no reply."""
         input_ids, meta = self.inputs(out)
         return RunnerOutput(self.model(input_ids, self.cache, meta, ops=self.ops), meta)
+
+
+def fill_pending(input_ids, scheduled) -> None:
+    """Lesson 7's async scheduling: a decoding request's newest token may still be on the device,
+    sampled by the step before and not yet seen by the host (``tokens`` gave a 0 for it). Copy each
+    from the sampler's output into its place in this step's ``input_ids``, on the device, in
+    stream order: the forward launched next reads it, and the host never waits for it."""
+    dst, src, t, ids = [], [], 0, None
+    for req, n in scheduled:
+        if req.pending is not None:
+            ids, i = req.pending
+            dst.append(t + n - 1)                             # its newest token ends its chunk (n = 1)
+            src.append(i)
+        t += n
+    if not dst:
+        return
+    if dst == src and dst[-1] == len(dst) - 1:                # the usual decode step: same rows, same order
+        input_ids[:len(dst)].copy_(ids[:len(dst)])
+    else:
+        idx = to_device([dst, src], torch.int64, input_ids.device)   # pinned: the host does not wait
+        input_ids[idx[0]] = ids[idx[1]]

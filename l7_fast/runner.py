@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from l5_scheduler.request import fill_pending
-from l5_scheduler.runner import RunnerOutput
+from l5_scheduler.runner import RunnerOutput, fill_pending
 from plumbing.exercise import learner_can_replace
 
 from .attention_split import _num_sms
@@ -136,8 +135,7 @@ class FastRunner:
             rows, t = rows + [self.buf.pad_row], pad_tokens
         lay = Layout(t, len(seq_lens), len(logits), len(upd_index))
         self.buf.write(lay, ids, positions, slots, logits, cu, seq_lens, rows, upd_index, upd_block)
-        self.buf.upload(lay)
-        fill_pending(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled)   # async scheduling (engine.py)
+        self._upload(lay, out)
         return lay, max(seq_lens)
 
     def _prepare_decodes(self, out, pad_to, upd_index, upd_block):
@@ -159,9 +157,13 @@ class FastRunner:
         lay = Layout(S, S, S, len(upd_index))
         self.buf.write(lay, ids, positions, slots, self._arange[:S], self._arange[:S + 1], None, rows,
                        upd_index, upd_block)                  # seq_lens None: positions + 1
-        self.buf.upload(lay)
-        fill_pending(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled)   # async scheduling (engine.py)
+        self._upload(lay, out)
         return lay, max_kv
+
+    def _upload(self, lay: Layout, out) -> None:
+        """The step's one copy, then the ids still on the device put in place (async scheduling, engine.py)."""
+        self.buf.upload(lay)
+        fill_pending(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled)
 
     def meta(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
         f = self.buf.tensors(lay)
