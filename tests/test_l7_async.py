@@ -132,7 +132,8 @@ def test_l7_async_scheduling_with_a_drafter_is_refused_and_off_by_default_there(
     from l11_spec_decode import LLM
     from plumbing.errors import UserError
     spec = dict(method="ngram", num_speculative_tokens=2, prompt_lookup_max=3)
+    kw = dict(impl="torch", fused_ops=False, num_gpu_blocks_override=64)    # (a small pool: three fit a GPU too)
     with pytest.raises(UserError, match="async scheduling cannot run with speculative decoding"):
-        LLM(None, impl="torch", fused_ops=False, async_scheduling=True, speculative_config=spec)
-    assert not LLM(None, impl="torch", fused_ops=False, speculative_config=spec).llm_engine.overlap
-    assert LLM(None, impl="torch", fused_ops=False).llm_engine.overlap       # stage 7's default, no drafter
+        LLM(None, async_scheduling=True, speculative_config=spec, **kw)
+    assert not LLM(None, speculative_config=spec, **kw).llm_engine.overlap
+    assert LLM(None, **kw).llm_engine.overlap                                # stage 7's default, no drafter
