@@ -164,5 +164,11 @@ def prometheus(s: dict, pending: int) -> str:
             ("requests_finished_total", "counter", s["requests_finished"]),
             ("engine_steps_total", "counter", s["engine_steps"]),
             ("engine_step_seconds_total", "counter", s["engine_step_seconds"]),       # in step(), outputs built
-            ("engine_send_seconds_total", "counter", s["engine_send_seconds"])]       # handing them to the server
+            ("engine_send_seconds_total", "counter", s["engine_send_seconds"]),       # handing them to the server
+            ("engine_take_seconds_total", "counter", s["engine_take_seconds"]),       # taking requests in
+            ("engine_busy_periods_total", "counter", s["engine_busy_periods"]),
+            # monotonic-clock times (bench_serve.py's timeline): idle -> busy, last step's end, last add
+            ("engine_busy_since_seconds", "gauge", s["engine_busy_since"]),
+            ("engine_last_step_end_seconds", "gauge", s["engine_last_step_end"]),
+            ("engine_last_add_seconds", "gauge", s["engine_last_add"])]
     return "".join(f"# TYPE tll:{name} {kind}\ntll:{name} {value}\n" for name, kind, value in rows)

@@ -69,21 +69,33 @@ class EngineCore:
         self._tracks: dict[str, _Track] = {}       # request id -> its prompt
         self._seq: dict[str, tuple[_Track, int]] = {}    # sequence id -> (its prompt, its choice index)
         self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "requests_finished": 0, "max_running": 0,
-                       "engine_steps": 0, "engine_step_seconds": 0.0, "engine_send_seconds": 0.0}
+                       "engine_steps": 0, "engine_step_seconds": 0.0, "engine_send_seconds": 0.0,
+                       "engine_take_seconds": 0.0,   # taking adds and aborts in, between steps
+                       "engine_busy_periods": 0,     # times the core went from idle to stepping
+                       # times on the monotonic clock (time.perf_counter, one clock for every process
+                       # of a Linux machine): when the core last went from idle to stepping, its last
+                       # step ended, it last took a request in. A benchmark's timeline (bench_serve.py).
+                       "engine_busy_since": 0.0, "engine_last_step_end": 0.0, "engine_last_add": 0.0}
 
     def run(self, inbox) -> None:
         eng, c, clock = self.engine, self.counts, time.perf_counter
+        idle = True
         try:
             while self._drain(inbox, block=not eng.has_unfinished_requests()):
                 if not eng.has_unfinished_requests():
+                    idle = True
                     continue
                 t0 = clock()
+                if idle:
+                    c["engine_busy_since"], idle = t0, False
+                    c["engine_busy_periods"] += 1
                 fast, out = self._emit(eng.step())
                 t1 = clock()
                 self.outbox.send((fast, out, self.snapshot()))
                 c["engine_steps"] += 1
                 c["engine_step_seconds"] += t1 - t0
-                c["engine_send_seconds"] += clock() - t1
+                c["engine_last_step_end"] = t2 = clock()
+                c["engine_send_seconds"] += t2 - t1
         except (EOFError, BrokenPipeError, OSError):    # the server is gone: nothing left to serve
             return
         except BaseException as e:                 # a bug: the server fails what is in flight, /health says 503
@@ -93,6 +105,7 @@ class EngineCore:
     def _drain(self, inbox, block: bool) -> bool:
         """Take what the server sent (waiting for it when idle); False on "stop"."""
         items = [inbox.recv()] if block else []
+        t0 = time.perf_counter()
         while inbox.poll():
             items.append(inbox.recv())
         out = []
@@ -105,6 +118,11 @@ class EngineCore:
                 out.extend(x for rid in list(self._tracks) for x in self._abort(rid))
                 self.outbox.send((NO_TOKENS, out, self.snapshot()))
                 return False
+        if items:
+            t1 = time.perf_counter()
+            self.counts["engine_take_seconds"] += t1 - t0
+            if any(op == "add" for op, *_ in items):
+                self.counts["engine_last_add"] = t1
         if out:
             self.outbox.send((NO_TOKENS, out, self.snapshot()))
         return True

@@ -36,6 +36,9 @@ def parse(argv):
     ap.add_argument("--rates", default="4,16,inf", help="request rates (req/s) for Poisson arrivals; inf = all at once")
     ap.add_argument("--single", type=int, default=20, help="single 128-in/128-out requests, one after another")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--http", default="raw",
+                    help="the load generator's HTTP client(s), comma-separated: raw (plain asyncio, the default) or "
+                         "httpx; with both, every rate runs once with each (fresh prompts each run)")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the served runs (default: Python's, 0.005 s): how often a thread "
                          "that wants the GIL gets it from one that holds it")
@@ -47,6 +50,9 @@ def parse(argv):
         ap.error(f"--rates must be numbers or inf, comma-separated: got {a.rates!r}")
     if any(r != "inf" and r <= 0 for r in a.rate_list):
         ap.error("--rates must be positive")
+    a.http_list = a.http.split(",")
+    if not a.http_list or any(h not in ("raw", "httpx") for h in a.http_list):
+        ap.error(f"--http takes raw, httpx or raw,httpx: got {a.http!r}")
     return a
 
 
@@ -121,26 +127,43 @@ def engine_counters(url) -> dict:
     import httpx
     text = httpx.get(f"{url}/metrics", timeout=30).text
     m = {ln.split()[0].removeprefix("tll:"): float(ln.split()[1]) for ln in text.splitlines() if ln and ln[0] != "#"}
-    return {k: m[f"engine_{k}_total"] for k in ("steps", "step_seconds", "send_seconds")}
+    out = {k: m[f"engine_{k}_total"] for k in ("steps", "step_seconds", "send_seconds", "take_seconds", "busy_periods")}
+    return out | {k: m[f"engine_{k}_seconds"] for k in ("busy_since", "last_step_end", "last_add")}
 
 
-def client_run(url, name, requests, rate, seed, sequential=False) -> dict:
+def client_run(url, name, requests, rate, seed, sequential=False, http="raw") -> dict:
     """One run of the load generator; adds what the engine core did meanwhile (from /metrics)."""
     before = engine_counters(url)
-    r = _client_run(url, name, requests, rate, seed, sequential)
+    r = _client_run(url, name, requests, rate, seed, sequential, http)
     after = engine_counters(url)
     d = {k: after[k] - before[k] for k in after}
     r["engine"] = dict(steps=d["steps"], busy=d["step_seconds"] / r["duration_s"],
                        step_ms=1e3 * d["step_seconds"] / max(d["steps"], 1),
                        send_ms=1e3 * d["send_seconds"] / max(d["steps"], 1))
+    if d["busy_periods"] == 1 and "start" in r:       # one stretch of steps: the run's timeline holds
+        r["engine"]["timeline_ms"] = timeline(r, after, d)
     return r
 
 
-def _client_run(url, name, requests, rate, seed, sequential=False) -> dict:
+def timeline(r: dict, core: dict, d: dict) -> dict:
+    """Where a run's duration went, in ms, from the client's times and the engine core's (one
+    monotonic clock): client's first send -> the core's first step (``start``); the stretch of
+    steps, split into step() (``steps``), handing outputs over (``send``), taking requests in
+    (``take``) and the rest (``between``); the core's last step -> the client's end (``tail``).
+    Also when the last prompt reached the core and when the client had every response's headers."""
+    t0, ms = r["start"], lambda x: 1e3 * x
+    window = core["last_step_end"] - core["busy_since"]
+    return dict(start=ms(core["busy_since"] - t0), steps=ms(d["step_seconds"]), send=ms(d["send_seconds"]),
+                take=ms(d["take_seconds"]), between=ms(window - d["step_seconds"] - d["send_seconds"] - d["take_seconds"]),
+                tail=ms(r["end"] - core["last_step_end"]), last_add=ms(core["last_add"] - t0),
+                last_accepted=ms(max(q["accepted"] for q in r["requests"] if "accepted" in q) - t0))
+
+
+def _client_run(url, name, requests, rate, seed, sequential=False, http="raw") -> dict:
     with tempfile.TemporaryDirectory() as d:
         spec, out = os.path.join(d, "spec.json"), os.path.join(d, "out.json")
         with open(spec, "w") as f:
-            json.dump(dict(requests=requests, rate=rate, seed=seed, model=name, sequential=sequential), f)
+            json.dump(dict(requests=requests, rate=rate, seed=seed, model=name, sequential=sequential, http=http), f)
         subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "bench_serve_client.py"),
                         "--url", url, "--spec", spec, "--out", out], check=True, timeout=3600)
         with open(out) as f:
@@ -195,12 +218,13 @@ def main(argv=None):
     server = make_server(path, kw, name, max_pending=100_000)       # the engine core: another process
     runs = []
     with running_in_thread(server) as url:
-        for j, rate in enumerate(a.rate_list):        # fresh prompts each run: no prefix-cache hits across runs
+        runs_spec = [(rate, http) for rate in a.rate_list for http in a.http_list]
+        for j, (rate, http) in enumerate(runs_spec):  # fresh prompts each run: no prefix-cache hits across runs
             r = client_run(url, name, workload(len(work), *a.lengths, cfg_model.vocab_size, a.seed + 10 + j),
-                           rate, a.seed)
-            runs.append(summarize(r, f"rate {rate}"))
+                           rate, a.seed, http=http)
+            runs.append(summarize(r, f"rate {rate}" + ("" if http == "raw" else f" ({http})")))
             print(runs[-1]["line"])
-        r = client_run(url, name, single, "inf", a.seed, sequential=True)
+        r = client_run(url, name, single, "inf", a.seed, sequential=True, http=a.http_list[0])
         runs.append(summarize(r, f"single {len(single[0][0])}/{single[0][1]}"))
         print(runs[-1]["line"])
     meta = dict(device=torch.cuda.get_device_name() if device == "cuda" else "CPU", torch=torch.__version__,
@@ -209,7 +233,8 @@ def main(argv=None):
                          f"random ids, ignore_eos, greedy; single: {len(single)} requests of {len(single[0][0])} in / "
                          f"{single[0][1]} out, one at a time",
                 start_s=start_s, switch_interval_s=sys.getswitchinterval(), copy_GBps=bw, matmul_TFLOPs=tf, engine=engine_cfg,
-                server="engine core in its own process (l10_server/engine_core.py)")
+                server="engine core in its own process (l10_server/engine_core.py)",
+                http_clients=a.http_list)
     result = dict(meta=meta, offline=dict(off, roofline=floor, single=single_off), runs=runs)
     md = markdown(result)
     print("\n" + md)

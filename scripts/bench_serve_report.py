@@ -36,13 +36,20 @@ def summarize(r: dict, label: str) -> dict:
     if e:
         out["line"] += (f"; engine core: {e['steps']:.0f} steps, busy {100 * e['busy']:.0f}%, "
                         f"{e['step_ms']:.2f} ms a step + {e['send_ms']:.2f} ms handing over")
+        t = e.get("timeline_ms")
+        if t:
+            out["line"] += (f"\n                timeline (ms): first send -> first step {t['start']:.0f}, then steps {t['steps']:.0f}"
+                            f" + handing over {t['send']:.0f} + taking requests in {t['take']:.0f} + between {t['between']:.0f}"
+                            f", last step -> client done {t['tail']:.0f}; last prompt in the core at {t['last_add']:.0f},"
+                            f" every response's headers at {t['last_accepted']:.0f}")
     return out
 
 
 def markdown(res: dict) -> str:
     m, off = res["meta"], res["offline"]
     rows = [f"Device: {m['device']}; torch {m['torch']}; model {m['model']} ({m['dtype']}); start-up {m['start_s']:.1f} s; "
-            f"GIL switch interval {1e3 * m.get('switch_interval_s', 0.005):g} ms",
+            f"GIL switch interval {1e3 * m.get('switch_interval_s', 0.005):g} ms; load generator's HTTP client: "
+            f"{', '.join(m.get('http_clients', ['httpx']))}",
             f"Workload: {m['workload']}. Engine: {m['engine']}.", ""]
     floor = off.get("roofline")
     if floor:
@@ -74,7 +81,8 @@ def plot(path: str, res: dict) -> None:
     plt = pyplot()
     if plt is None:
         return
-    runs = [r for r in res["runs"] if r["label"].startswith("rate")]
+    every = [r for r in res["runs"] if r["label"].startswith("rate")]
+    runs = [r for r in every if "(" not in r["label"]]          # the latency curve: the default client's runs
     xs = [r["requests_per_s"] for r in runs]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL")):
@@ -84,7 +92,7 @@ def plot(path: str, res: dict) -> None:
     ax1.set_yscale("log")
     ax1.legend()
     ax1.set_title("latency against request rate")
-    ax2.bar([r["label"] for r in runs] + ["offline"], [r["output_tok_per_s"] for r in runs] + [res["offline"]["tok_per_s"]])
+    ax2.bar([r["label"] for r in every] + ["offline"], [r["output_tok_per_s"] for r in every] + [res["offline"]["tok_per_s"]])
     ax2.set_ylabel("output tok/s")
     ax2.set_title("throughput: server runs and offline generate")
     fig.suptitle(f"{res['meta']['model']} on {res['meta']['device']}")
