@@ -45,6 +45,7 @@ from plumbing.errors import UserError
 
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
 
 from l3_paged.validate import FLOAT_DTYPES
 
@@ -91,7 +92,10 @@ def _rstd(h, inv_k, eps):
 def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride_o,
                  d_ptr, nw_ptr, ho_ptr, stride_d, stride_ho, inv_k, eps,
                  HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr, HAS_DELTA: tl.constexpr,
-                 ONE_CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 ONE_CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PDL: tl.constexpr):
+    if PDL:                         # the next kernel may start now: its weight loads overlap this one
+        tl_cuda.gdc_launch_dependents()
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)              # [BLOCK_N] output columns
     m = tl.arange(0, BLOCK_M)                                            # [BLOCK_M] rows of x
     n_ok, m_ok = n < N, m < M
@@ -100,6 +104,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride
     d_rows = d_ptr + m.to(tl.int64)[:, None] * stride_d                  # HAS_DELTA only
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if NORM and not ONE_CHUNK:      # a first pass over the input (a few KB, from L2) for each row's rstd
+        if PDL:
+            tl_cuda.gdc_wait()
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
@@ -118,6 +124,8 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride
         w = tl.load(w_rows + k[None, :], mask=w_ok, other=0.0)          # the weights first: their
         if SILU_MUL:                                                     # loads overlap the prologue
             u = tl.load(w_rows + N * stride_w + k[None, :], mask=w_ok, other=0.0)   # (up rows: N below)
+        if PDL:                     # nothing a kernel writes is read or written before the one before
+            tl_cuda.gdc_wait()      # has finished (a no-op after the first time)
         x = _residual(x_rows, d_rows, k, k_ok, m_ok, HAS_DELTA)
         if NORM:
             if ONE_CHUNK:                                                # the whole row is here: rstd now
@@ -176,8 +184,13 @@ def _check_norm(x, delta, norm_weight, residual_out):
         raise UserError("residual_out must be a new buffer: every program reads h and delta while program 0 writes it")
 
 
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: Hopper (sm_90) and later, compiled (the interpreter has no grid)."""
+    return not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
-         norm_weight=None, eps: float = 1e-6, delta=None, residual_out=None):
+         norm_weight=None, eps: float = 1e-6, delta=None, residual_out=None, pdl: bool = False):
     """``x @ weight.T + bias`` for a few rows (FusedOps sends M <= GEMV_MAX_M; the benchmark goes
     to 64 to find the crossover); with ``silu_mul`` the SwiGLU of a merged [gate; up] weight:
     ``silu(x @ gate.T) * (x @ up.T)``. Rounded as F.linear (and silu_mul). ``config``:
@@ -185,7 +198,11 @@ def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
 
     With ``norm_weight`` the input is ``rmsnorm(x + delta) * norm_weight`` (fused_norm.add_rms_norm,
     computed in the prologue: x is the residual stream h), and ``h + delta`` is written to
-    ``residual_out``; without ``delta`` the input is ``rmsnorm(x) * norm_weight``."""
+    ``residual_out``; without ``delta`` the input is ``rmsnorm(x) * norm_weight``.
+
+    ``pdl`` (Hopper on; ``pdl_supported``): launched with programmatic dependent launch, the kernel
+    lets the next one start at once and waits for the one before only after issuing its weight
+    loads, so one GEMV's weights stream while the previous GEMV finishes (lesson 7.12)."""
     if x.dim() != 2 or x.stride(1) != 1:
         raise UserError(f"x must be [M, K] with stride(1) == 1, got {tuple(x.shape)} strides {x.stride()}")
     if x.dtype not in FLOAT_DTYPES:
@@ -207,6 +224,9 @@ def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
         out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     elif out.shape != (M, N) or out.stride(1) != 1 or out.dtype != x.dtype or out.device != x.device:
         raise UserError(f"out must be [{M}, {N}] {x.dtype} on {x.device} with stride(1) == 1, got {tuple(out.shape)}")
+    if pdl and not pdl_supported(x.device):
+        raise UserError(f"pdl needs a Hopper (sm_90) or newer GPU and compiled kernels; here: {x.device}"
+                        + (" under the Triton interpreter" if INTERPRET else "") + ". Pass pdl=False.")
     block_m = triton.next_power_of_2(M)
     block_n, block_k, warps = config or gemv_config(block_m, N, K)
     norm = norm_weight is not None
@@ -215,6 +235,6 @@ def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
         x, weight, weight if bias is None else bias, out, M, N, K, x.stride(0), weight.stride(0), out.stride(0),
         d, norm_weight if norm else weight, ho, d.stride(0), ho.stride(0), 1.0 / K, float(eps),
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, NORM=norm, HAS_DELTA=delta is not None, ONE_CHUNK=norm and K <= block_k,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PDL=pdl, num_warps=warps, launch_pdl=pdl,
         enable_fp_fusion=not norm)   # the norm rounds every product as torch's eager ops do (fused_norm.py)
     return out

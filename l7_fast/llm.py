@@ -38,24 +38,25 @@ from .runner import FastRunner
 from .warmup import warm_up
 
 
-def make_ops(model, *, fused_ops: bool = True, gemv: bool = True, norm_prologue: bool = True):
+def make_ops(model, *, fused_ops: bool = True, gemv: bool = True, norm_prologue: bool = True, pdl: bool = True):
     """The ops part: stage 7's fused kernels, or the skeleton's torch ops."""
     if not fused_ops:
         return TorchOps()
-    return FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0, norm_prologue=norm_prologue)
+    return FusedOps(model, gemv_max_m=GEMV_MAX_M if gemv else 0, norm_prologue=norm_prologue, pdl=pdl)
 
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, enforce_eager: bool = False,
                  fused_ops: bool = True, split_kv: bool = True, gemv: bool = True, norm_prologue: bool = True,
-                 profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None,
+                 pdl: bool = True, profiler=None, impl: str = "triton", check: bool = False, runner=None, verify_graphs: tuple[int, int] | None = None,
                  prefill_graphs: bool = True, async_scheduling: bool = True, **kw):
     """Stage 6's builder with stage 7's runner (and, with ``profiler``, every part timed). ``runner``:
     an eager FastRunner a later stage built with its own parts (stage 8: its cache and groups);
     it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
     batch): graphs for lesson 11's verify steps too; ``prefill_graphs``: for one request's short
-    prefill too (graphs.py); ``async_scheduling``: the engine's overlapped step order."""
+    prefill too (graphs.py); ``async_scheduling``: the engine's overlapped step order; ``pdl``: the
+    GEMVs with programmatic dependent launch on Hopper (ignored elsewhere: gemv.pdl_supported)."""
     if runner is None:
-        ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue)
+        ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue, pdl=pdl)
         runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)
     if runner.device.type == "cuda":                 # nothing compiles after start-up (warmup.py)
         runner.warmup_report = warm_up(runner, progress=True)

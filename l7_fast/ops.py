@@ -42,7 +42,7 @@ from l1_dense.model import TorchOps
 from . import fused_act
 from .fused_norm import add_rms_norm, rms_norm
 from .fused_rope import qk_norm_rope_write
-from .gemv import GEMV_MAX_M, gemv, gemv_block_m
+from .gemv import GEMV_MAX_M, gemv, gemv_block_m, pdl_supported
 
 
 def _merge(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -93,8 +93,10 @@ class PendingNorm:
 class FusedOps(TorchOps):
     """``model.forward(ids, kv, meta, ops=FusedOps(model))``. ``kv`` must be a FastKVCache."""
 
-    def __init__(self, model, gemv_max_m: int = GEMV_MAX_M, norm_prologue: bool = True):
+    def __init__(self, model, gemv_max_m: int = GEMV_MAX_M, norm_prologue: bool = True, pdl: bool = True):
         merge_projections(model)
+        # the GEMVs with programmatic dependent launch where the GPU has it (gemv.py, lesson 7.12)
+        self.pdl = pdl and pdl_supported(next(model.parameters()).device)
         self.gemv_max_m = gemv_max_m                 # 0: cuBLAS for every step (bench_l7's earlier rows)
         self.norm_prologue = norm_prologue           # False: the norm as its own kernel (bench_l7's row)
         self.final_norm = model.model.norm           # its output feeds the lm_head (cuBLAS): never pending
@@ -116,9 +118,9 @@ class FusedOps(TorchOps):
         """``x @ weight.T + bias``: the Triton GEMV for a few rows, cuBLAS for more. x may be a
         PendingNorm (only ever for a few rows): the GEMV computes it on the way in."""
         if isinstance(x, PendingNorm):
-            return gemv(x.h, weight, bias, silu_mul=silu_mul, **x.gemv_args())
+            return gemv(x.h, weight, bias, silu_mul=silu_mul, pdl=self.pdl, **x.gemv_args())
         if self.gemv_tile(x.shape[0]):
-            return gemv(x, weight, bias, silu_mul=silu_mul)
+            return gemv(x, weight, bias, silu_mul=silu_mul, pdl=self.pdl)
         y = F.linear(x, weight, bias)
         return fused_act.silu_mul(y) if silu_mul else y
 

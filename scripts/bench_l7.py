@@ -88,8 +88,10 @@ ROWS = [("stage 6", None),
         ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
                                     async_scheduling=False)),
         ("+ async scheduling", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
-                                    async_scheduling=True))]
-HOST_ROWS = [("plain parts", PLAIN), ("plain order", ROWS[-2][1]), ("stage 7", ROWS[-1][1])]   # at 256 running
+                                    async_scheduling=True, pdl=False)),
+        ("+ PDL GEMVs", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
+                             async_scheduling=True, pdl=True))]
+HOST_ROWS = [("plain parts", PLAIN), ("plain order", ROWS[6][1]), ("stage 7", ROWS[-1][1])]   # at 256 running
 
 
 def measure_row(label, fast, model, config, prompts, a, bw, tokens) -> dict:
