@@ -49,6 +49,8 @@ from l3_paged.attention_triton import LOG2E, _attend_tiles, paged_attention_trit
 from l3_paged.kernel_config import KernelConfig, pick_config
 from l3_paged.validate import check_paged_layout
 
+from .pdl import check_pdl, let_next_start, wait_for_previous
+
 MIN_KEYS_PER_SPLIT = 256   # below this a split's fixed cost (q load, partial write) dominates
 WAVES = 3                  # aim for this many programs per SM (3 tiles of 64 keys fit an SM's shared memory)
 MAX_SPLITS = 128
@@ -68,7 +70,9 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt
                      stride_bt,                                # block_table [S, max_blocks]
                      BLOCK_SIZE: tl.constexpr, G: tl.constexpr, ROWS: tl.constexpr,
                      HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-                     UPCAST: tl.constexpr):
+                     UPCAST: tl.constexpr, PDL: tl.constexpr):
+    let_next_start(PDL)                  # pdl.py: the merge may launch now, and waits for every split
+    wait_for_previous(PDL)               # q (and the new token's K/V) come from the rope kernel
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     seq = tl.program_id(2)
@@ -115,7 +119,9 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, acc_ptr, m_ptr, l_ptr, kv_lens_ptr, bt
 @triton.jit(do_not_specialize=["num_splits"])
 def _merge_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, kv_lens_ptr, num_splits, stride_ot, stride_oh,
                   HEAD_DIM: tl.constexpr, D_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
-                  BLOCK_N: tl.constexpr):
+                  BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    let_next_start(PDL)                  # the o_proj GEMV may launch now: its weights load meanwhile
+    wait_for_previous(PDL)
     seq = tl.program_id(0)
     head = tl.program_id(1)
     kv_len = tl.load(kv_lens_ptr + seq)
@@ -166,23 +172,25 @@ def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype) -> K
     return KernelConfig(cfg.block_q, block_n=64, num_warps=4, num_stages=2)
 
 
-def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):
+def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n, pdl=False):
     """Launch the merge (module-level so a test can plant a wrong one and see the tests fail)."""
     S, H_q, _, D = acc.shape
     _merge_kernel[(S, H_q)](acc, m, l, out, seq_lens_kv, num_splits, out.stride(0), out.stride(1),
                             HEAD_DIM=D, D_PAD=max(16, triton.next_power_of_2(D)),
-                            SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK_N=block_n, num_warps=4)
+                            SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK_N=block_n, PDL=pdl,
+                            num_warps=4, launch_pdl=pdl)
 
 
 def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table, *, max_seqlen_q: int,
                           max_seqlen_kv: int | None = None, num_splits: int | None = None, scale=None,
-                          out=None, config: KernelConfig | None = None, check: bool = True):
+                          out=None, config: KernelConfig | None = None, check: bool = True, pdl: bool = False):
     """Paged attention that splits the keys of decode steps. Returns ``out`` ``[T, H_q, D]``.
 
     Host ints decide everything: a step with ``max_seqlen_q > 1`` (prefill chunks) or
     ``num_splits == 1`` runs stage 3's kernel. ``max_seqlen_kv`` bounds the context length for the
     split choice; without it the block table's width (``block_table.shape[1] * block_size``) does.
     ``num_splits`` overrides :func:`pick_num_splits`; ``config`` overrides :func:`split_config`.
+    ``pdl``: both kernels with programmatic dependent launch (pdl.py; stage 3's kernel never).
     """
     if check:  # the engine checks the layout once per step (FastRunner), not in every layer
         check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
@@ -195,6 +203,7 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
     max_kv = block_table.shape[1] * block_size if max_seqlen_kv is None else max_seqlen_kv
     if num_splits is None:
         num_splits = pick_num_splits(S, H_kv, max_kv, _num_sms(q.device))
+    check_pdl(pdl, q.device)
     if not isinstance(num_splits, int) or not 1 <= num_splits <= 65535:
         raise UserError(f"num_splits must be a host int in 1..65535, got {num_splits!r}")
     if num_splits == 1 or not 1 <= D <= 256:
@@ -221,7 +230,7 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_table.stride(0),
         BLOCK_SIZE=block_size, G=G, ROWS=max(16, triton.next_power_of_2(G)), HEAD_DIM=D, D_PAD=d_pad,
-        BLOCK_N=cfg.block_n, UPCAST=INTERPRET and q.dtype == torch.bfloat16,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    _merge(acc, m, l, out, seq_lens_kv, num_splits, cfg.block_n)
+        BLOCK_N=cfg.block_n, UPCAST=INTERPRET and q.dtype == torch.bfloat16, PDL=pdl,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, launch_pdl=pdl)
+    _merge(acc, m, l, out, seq_lens_kv, num_splits, cfg.block_n, pdl)
     return out

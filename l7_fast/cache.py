@@ -28,6 +28,7 @@ from .attention_split import paged_attention_split, pick_num_splits
 class FastMeta(PagedMeta):
     max_seqlen_kv: int = 0            # host int: bounds the context, for the split choice
     num_splits: int = 1               # host int: key splits per sequence in decode steps (1: stage 3's kernel)
+    pdl: bool = False                 # the split kernels with programmatic dependent launch (pdl.py)
 
 
 class FastKVCache(PagedKVCache):
@@ -61,5 +62,5 @@ class FastKVCache(PagedKVCache):
             return paged_attention_ref(*args)
         if meta.num_splits > 1:
             return paged_attention_split(*args, max_seqlen_q=meta.max_seqlen_q, num_splits=meta.num_splits,
-                                         check=False)
+                                         check=False, pdl=meta.pdl)
         return paged_attention_triton(*args, max_seqlen_q=meta.max_seqlen_q, check=False)

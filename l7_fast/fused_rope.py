@@ -52,6 +52,8 @@ import triton.language as tl
 from l3_paged.cache import PagedKVCache
 from l3_paged.validate import FLOAT_DTYPES
 
+from .pdl import check_pdl, let_next_start, wait_for_previous
+
 
 @triton.jit
 def _norm_rope(x_ptr, w_ptr, c1, c2, s1, s2, d, ok, inv_d, eps, HALF: tl.constexpr, HAS_NORM: tl.constexpr):
@@ -82,7 +84,10 @@ def _qk_norm_rope_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qw_ptr, kw
                                stride_ct, stride_st, stride_ot, stride_oh,
                                stride_kcb, stride_kcs, stride_kch, stride_vcb, stride_vcs, stride_vch,
                                BLOCK_SIZE: tl.constexpr, HALF: tl.constexpr, HALF_PAD: tl.constexpr,
-                               HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr):
+                               HAS_NORM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+                               PDL: tl.constexpr):
+    let_next_start(PDL)                 # pdl.py: the attention kernel may launch now, and waits for us
+    wait_for_previous(PDL)              # q, k, v come from the qkv matmul
     g = tl.program_id(1)                                                # a group of BLOCK_H heads
     r = tl.arange(0, BLOCK_T * BLOCK_H)[:, None]                        # rows: BLOCK_T tokens x BLOCK_H heads
     t = tl.program_id(0).to(tl.int64) * BLOCK_T + r // BLOCK_H          # [ROWS, 1] each row's token
@@ -138,11 +143,11 @@ def _need(ok, message):
 
 def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_norm_weight=None,
                        k_norm_weight=None, eps=1e-6, q_out=None, heads_per_program: int | None = None,
-                       tokens_per_program: int | None = None):
+                       tokens_per_program: int | None = None, pdl: bool = False):
     """Norm (if weights are given) and rope q and k, write k and v into the paged cache at
     ``slot_mapping``. Returns the roped q ``[T, H_q, D]`` (``q_out``, which may be ``q``).
     ``heads_per_program`` / ``tokens_per_program``: BLOCK_H / BLOCK_T instead of the defaults (tests
-    run the GPU's 1 and 1 on a CPU)."""
+    run the GPU's 1 and 1 on a CPU). ``pdl``: launched with programmatic dependent launch (pdl.py)."""
     _need(q.dim() == 3 and k.dim() == 3 and v.shape == k.shape,
           lambda: f"q must be [T, H_q, D], k and v [T, H_kv, D]; got {tuple(q.shape)}, {tuple(k.shape)}, "
                   f"{tuple(v.shape)}")
@@ -171,6 +176,7 @@ def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_n
     q_out = torch.empty(T, H_q, D, dtype=q.dtype, device=q.device) if q_out is None else q_out
     _need(q_out.shape == q.shape and q_out.dtype == q.dtype and q_out.stride(-1) == 1,
           lambda: f"q_out must be [T, H_q, D] {q.dtype} with stride(-1) == 1, got {tuple(q_out.shape)} {q_out.dtype}")
+    check_pdl(pdl, q.device)
     if T == 0:
         return q_out
     qw, kw = norm_w or (q, q)                                          # unused without HAS_NORM
@@ -185,7 +191,7 @@ def qk_norm_rope_write(q, k, v, cos, sin, k_cache, v_cache, slot_mapping, *, q_n
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         BLOCK_SIZE=block_size, HALF=D // 2, HALF_PAD=triton.next_power_of_2(D // 2),
-        HAS_NORM=bool(norm_w), BLOCK_H=bh, BLOCK_T=bt, num_warps=1 if D <= 128 else 2,
+        HAS_NORM=bool(norm_w), BLOCK_H=bh, BLOCK_T=bt, PDL=pdl, num_warps=1 if D <= 128 else 2, launch_pdl=pdl,
         # No fma: with fusion on (Triton's default) the GPU computed x1*cos1 - x2*sin1 with one
         # rounding instead of three, and only ~80% of bf16/fp16 elements matched torch (H200).
         enable_fp_fusion=False)

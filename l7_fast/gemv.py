@@ -45,9 +45,10 @@ from plumbing.errors import UserError
 
 import triton
 import triton.language as tl
-from triton.language.extra import cuda as tl_cuda
 
 from l3_paged.validate import FLOAT_DTYPES
+
+from .pdl import check_pdl, let_next_start, wait_for_previous
 
 #: The largest M FusedOps gives this kernel; more rows go to cuBLAS. Measured on the H100
 #: (``bench_l7_kernels.py --kernel gemv``, lesson 7.10), a Qwen3-0.6B layer's four matmuls: at
@@ -94,8 +95,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride
                  HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, NORM: tl.constexpr, HAS_DELTA: tl.constexpr,
                  ONE_CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  PDL: tl.constexpr):
-    if PDL:                         # the next kernel may start now: its weight loads overlap this one
-        tl_cuda.gdc_launch_dependents()
+    let_next_start(PDL)             # the next kernel may start now: its weight loads overlap this one
     n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)              # [BLOCK_N] output columns
     m = tl.arange(0, BLOCK_M)                                            # [BLOCK_M] rows of x
     n_ok, m_ok = n < N, m < M
@@ -104,8 +104,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride
     d_rows = d_ptr + m.to(tl.int64)[:, None] * stride_d                  # HAS_DELTA only
     rstd = tl.zeros([BLOCK_M], dtype=tl.float32)
     if NORM and not ONE_CHUNK:      # a first pass over the input (a few KB, from L2) for each row's rstd
-        if PDL:
-            tl_cuda.gdc_wait()
+        wait_for_previous(PDL)
         ss = tl.zeros([BLOCK_M], dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
@@ -124,8 +123,7 @@ def _gemv_kernel(x_ptr, w_ptr, b_ptr, o_ptr, M, N, K, stride_x, stride_w, stride
         w = tl.load(w_rows + k[None, :], mask=w_ok, other=0.0)          # the weights first: their
         if SILU_MUL:                                                     # loads overlap the prologue
             u = tl.load(w_rows + N * stride_w + k[None, :], mask=w_ok, other=0.0)   # (up rows: N below)
-        if PDL:                     # nothing a kernel writes is read or written before the one before
-            tl_cuda.gdc_wait()      # has finished (a no-op after the first time)
+        wait_for_previous(PDL)      # the weights are in flight; x comes from the kernel before (pdl.py)
         x = _residual(x_rows, d_rows, k, k_ok, m_ok, HAS_DELTA)
         if NORM:
             if ONE_CHUNK:                                                # the whole row is here: rstd now
@@ -184,11 +182,6 @@ def _check_norm(x, delta, norm_weight, residual_out):
         raise UserError("residual_out must be a new buffer: every program reads h and delta while program 0 writes it")
 
 
-def pdl_supported(device: torch.device) -> bool:
-    """Programmatic dependent launch: Hopper (sm_90) and later, compiled (the interpreter has no grid)."""
-    return not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
 def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
          norm_weight=None, eps: float = 1e-6, delta=None, residual_out=None, pdl: bool = False):
     """``x @ weight.T + bias`` for a few rows (FusedOps sends M <= GEMV_MAX_M; the benchmark goes
@@ -200,9 +193,9 @@ def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
     computed in the prologue: x is the residual stream h), and ``h + delta`` is written to
     ``residual_out``; without ``delta`` the input is ``rmsnorm(x) * norm_weight``.
 
-    ``pdl`` (Hopper on; ``pdl_supported``): launched with programmatic dependent launch, the kernel
-    lets the next one start at once and waits for the one before only after issuing its weight
-    loads, so one GEMV's weights stream while the previous GEMV finishes (lesson 7.12)."""
+    ``pdl`` (Hopper on; pdl.py): launched with programmatic dependent launch, the kernel lets the
+    next one start at once and waits for the one before only after issuing its weight loads, so
+    one GEMV's weights stream while the previous kernel finishes (lesson 7.12)."""
     if x.dim() != 2 or x.stride(1) != 1:
         raise UserError(f"x must be [M, K] with stride(1) == 1, got {tuple(x.shape)} strides {x.stride()}")
     if x.dtype not in FLOAT_DTYPES:
@@ -224,9 +217,7 @@ def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
         out = torch.empty(M, N, dtype=x.dtype, device=x.device)
     elif out.shape != (M, N) or out.stride(1) != 1 or out.dtype != x.dtype or out.device != x.device:
         raise UserError(f"out must be [{M}, {N}] {x.dtype} on {x.device} with stride(1) == 1, got {tuple(out.shape)}")
-    if pdl and not pdl_supported(x.device):
-        raise UserError(f"pdl needs a Hopper (sm_90) or newer GPU and compiled kernels; here: {x.device}"
-                        + (" under the Triton interpreter" if INTERPRET else "") + ". Pass pdl=False.")
+    check_pdl(pdl, x.device)
     block_m = triton.next_power_of_2(M)
     block_n, block_k, warps = config or gemv_config(block_m, N, K)
     norm = norm_weight is not None

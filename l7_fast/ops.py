@@ -42,7 +42,8 @@ from l1_dense.model import TorchOps
 from . import fused_act
 from .fused_norm import add_rms_norm, rms_norm
 from .fused_rope import qk_norm_rope_write
-from .gemv import GEMV_MAX_M, gemv, gemv_block_m, pdl_supported
+from .gemv import GEMV_MAX_M, gemv, gemv_block_m
+from .pdl import pdl_supported
 
 
 def _merge(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -95,7 +96,8 @@ class FusedOps(TorchOps):
 
     def __init__(self, model, gemv_max_m: int = GEMV_MAX_M, norm_prologue: bool = True, pdl: bool = True):
         merge_projections(model)
-        # the GEMVs with programmatic dependent launch where the GPU has it (gemv.py, lesson 7.12)
+        # the GEMVs, the rope write and (runner.py) the split attention with programmatic dependent
+        # launch where the GPU has it (pdl.py, lesson 7.12)
         self.pdl = pdl and pdl_supported(next(model.parameters()).device)
         self.gemv_max_m = gemv_max_m                 # 0: cuBLAS for every step (bench_l7's earlier rows)
         self.norm_prologue = norm_prologue           # False: the norm as its own kernel (bench_l7's row)
@@ -133,7 +135,7 @@ class FusedOps(TorchOps):
                                kv.slot_mapping(attn.layer_idx, meta),
                                q_norm_weight=attn.q_norm.weight if norm else None,
                                k_norm_weight=attn.k_norm.weight if norm else None,
-                               eps=attn.q_norm.eps if norm else 1e-6)
+                               eps=attn.q_norm.eps if norm else 1e-6, pdl=self.pdl)
         return kv.attend_cached(attn.layer_idx, q, meta)
 
     def gate_up_act(self, mlp, x):

@@ -171,7 +171,8 @@ class FastRunner:
         meta = FastMeta(positions=f["positions"], slot_mapping=f["slot_mapping"], cu_seqlens_q=f["cu_seqlens_q"],
                         seq_lens_kv=f["seq_lens_kv"], block_table=block_table, block_size=self.block_size,
                         max_seqlen_q=max_seqlen_q, logits_indices=f["logits_indices"],
-                        max_seqlen_kv=max_seqlen_kv, num_splits=num_splits)
+                        max_seqlen_kv=max_seqlen_kv, num_splits=num_splits,
+                        pdl=getattr(self.ops, "pdl", False))      # FusedOps decides (TorchOps: never)
         return f["input_ids"], meta
 
     def forward(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):

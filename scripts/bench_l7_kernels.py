@@ -50,6 +50,7 @@ from l7_fast.attention_split import _num_sms, paged_attention_split, pick_num_sp
 from l7_fast.fused_act import silu_mul, silu_mul_ref  # noqa: E402
 from l7_fast.fused_norm import add_rms_norm, add_rms_norm_ref, rms_norm  # noqa: E402
 from l7_fast.fused_rope import qk_norm_rope_write, qk_norm_rope_write_ref, rope_case  # noqa: E402
+from l7_fast.pdl import pdl_supported  # noqa: E402
 from scripts.kernel_bench import CHECKS, Bench, fraction_equal, graph_ms, host_us, try_graph_ms  # noqa: E402
 
 
@@ -160,8 +161,8 @@ def split(device: str) -> bool:
           "% = of copy bandwidth; graph = GPU time from CUDA-graph replay (L2 flushed), eager = do_bench")
     print("| batch x ctx | splits (auto) | split µs graph | split % | split µs eager | split host µs | l3 µs graph "
           "| l3 % | l3 µs eager | SDPA µs graph | SDPA % | SDPA µs eager | split vs l3 | split vs SDPA "
-          "| split pass alone µs graph (merge skipped) | its % |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| split pass alone µs graph (merge skipped) | its % | split + merge with PDL µs graph | PDL vs SDPA |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for B, ctx in ISSUE_18_SHAPES:
         args = make_paged_batch([1] * B, [ctx] * B, H_q, H_kv, D, bs, dtype, device, spare_blocks=0)
         nbytes = 2 * B * ctx * H_kv * D * 2 + 2 * B * H_q * D * 2          # K/V read, q read, out written
@@ -177,9 +178,13 @@ def split(device: str) -> bool:
         e = {name: b.eager(fn) for name, fn in fns.items()}
         us = {name: f"{g[name] * 1e3:.1f} | {b.pct(nbytes, g[name]):.0f}% | {e[name] * 1e3:.1f}" for name in g}
         alone = split_pass_alone_ms(fns["split"]) if auto > 1 else None
+        pdl = pdl_supported(args[0].device) and auto > 1           # split and merge chained (pdl.py)
+        t_pdl = try_graph_ms(lambda: paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx, pdl=True)) \
+            if pdl else None
         print(f"| {B} x {ctx} | {auto} | {us['split']} | {host_us(fns['split']):.0f} | {us['l3']} | {us['sdpa']} | "
               f"{g['l3'] / g['split']:.2f}x | {g['sdpa'] / g['split']:.2f}x | "
               + (f"{alone * 1e3:.1f} | {b.pct(nbytes, alone):.0f}% |" if alone else "- (one split: no merge) | - |")
+              + (f" {t_pdl * 1e3:.1f} | {g['sdpa'] / t_pdl:.2f}x |" if t_pdl else " - | - |")
               + f"   (max|split - l3| {err:.1e})")
         sweep = {}                                     # (splits, block_n, warps, stages) -> graph ms
         for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2)):

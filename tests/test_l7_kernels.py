@@ -263,7 +263,7 @@ def test_l7_split_kv_matches_reference_gpu_tiles(dtype, case, no_stage3_kernel):
 
 def _torch_merge(lse_correct):
     """A merge in torch over the split kernel's partials; every split valid in the case used."""
-    def merge(acc, m, l, out, seq_lens_kv, num_splits, block_n):    # acc [S, H_q, n, D], m/l [S, H_q, n]
+    def merge(acc, m, l, out, seq_lens_kv, num_splits, block_n, pdl=False):   # acc [S, H_q, n, D], m/l [S, H_q, n]
         if lse_correct:
             w = torch.exp2(m - m.amax(-1, keepdim=True))             # rescale to the common max
         else:
