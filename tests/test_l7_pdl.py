@@ -82,7 +82,8 @@ def test_a_layer_chained_with_pdl_in_a_cuda_graph_is_bitwise_the_chain_without()
             graphs[p][0].replay()
         torch.cuda.synchronize()
         assert torch.equal(graphs[True][1], graphs[False][1]), f"input {i}: the PDL chain differs"
-        assert torch.equal(caches[True][0], caches[False][0]) and torch.equal(caches[True][1], caches[False][1])
+        for a, b in zip(caches[True], caches[False]):   # unused slots hold NaN (make_paged_batch)
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.gpu
