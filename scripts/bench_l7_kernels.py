@@ -186,18 +186,23 @@ def split(device: str) -> bool:
               + (f"{alone * 1e3:.1f} | {b.pct(nbytes, alone):.0f}% |" if alone else "- (one split: no merge) | - |")
               + (f" {t_pdl * 1e3:.1f} | {g['sdpa'] / t_pdl:.2f}x |" if t_pdl else " - | - |")
               + f"   (max|split - l3| {err:.1e})")
-        sweep = {}                                     # (splits, block_n, warps, stages) -> graph ms
-        for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2)):
-            for n in (4, 8, 16, 32, 64, 128):
-                if n * bn <= ctx:
-                    c = KernelConfig(1, bn, w, st)
-                    sweep[(n, bn, w, st)] = graph_ms(
-                        lambda: paged_attention_split(*args, max_seqlen_q=1, num_splits=n, config=c))
-        best = min(sweep, key=sweep.get)
-        print(f"  sweep (graph, % of copy), best {best}: {b.pct(nbytes, sweep[best]):.0f}%: "
-              + ", ".join(f"{key}: {b.pct(nbytes, ms):.0f}" for key, ms in sweep.items()))
+        split_sweep(b, args, ctx, nbytes)
         del args, k, v
     return all(oks)
+
+
+def split_sweep(b, args, ctx, nbytes) -> None:
+    """Print the split kernel's graph time, as % of copy bandwidth, for each (splits, tile) tried."""
+    sweep = {}                                     # (splits, block_n, warps, stages) -> graph ms
+    for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2)):
+        for n in (4, 8, 16, 32, 64, 128):
+            if n * bn <= ctx:
+                c = KernelConfig(1, bn, w, st)
+                sweep[(n, bn, w, st)] = graph_ms(
+                    lambda: paged_attention_split(*args, max_seqlen_q=1, num_splits=n, config=c))
+    best = min(sweep, key=sweep.get)
+    print(f"  sweep (graph, % of copy), best {best}: {b.pct(nbytes, sweep[best]):.0f}%: "
+          + ", ".join(f"{key}: {b.pct(nbytes, ms):.0f}" for key, ms in sweep.items()))
 
 
 #: issue 18's decode shapes (batch, context), Qwen3-0.6B heads

@@ -25,7 +25,7 @@ def _run(argv):
 
 @cpu_only
 def test_l7_lesson_quotes_the_smoke_tokens_and_fast_path_line():
-    run_it = LESSON.split("## 7.14 Run it", 1)[1]
+    run_it = LESSON.split("## 7.15 Run it", 1)[1]
     tokens = re.search(r"`(\[\d+(?:, \d+)*\])`", run_it).group(1)
     fast = " ".join(re.search(r"`(fast path  : .*?)`", run_it, re.S).group(1).split())
     out = _run([])
@@ -37,7 +37,7 @@ def test_l7_lesson_quotes_the_smoke_tokens_and_fast_path_line():
 def test_l7_lesson_quotes_the_profile_row():
     """`l7_smoke.py --profile` prints the plain run's lines, then one table row per mode: on a CPU
     one eager row whose step count and tokens per step are quoted (the times are this machine's)."""
-    run_it = LESSON.split("## 7.14 Run it", 1)[1]
+    run_it = LESSON.split("## 7.15 Run it", 1)[1]
     row = " ".join(re.search(r"`(eager +\d+ +\d+\.\d)`", run_it).group(1).split())
     fast = " ".join(re.search(r"`(fast path  : .*?)`", run_it, re.S).group(1).split())
     out = [" ".join(ln.split()) for ln in _run(["--profile"]).splitlines()]
