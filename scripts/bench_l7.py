@@ -12,7 +12,10 @@ Rows (cumulative; every row has the engine loop's own cheap branches, lesson 7.6
     + small-M GEMV   + steps of <= 2 tokens: Triton GEMVs instead of cuBLAS, SwiGLU in the epilogue
     + norm in the GEMV  + those steps: each add + RMSNorm in the next GEMV's prologue
     + async scheduling  + the engine's overlapped step order: the host schedules step n+1 and
-                     checks step n's tokens while the GPU computes (the full stage 7)
+                     checks step n's tokens while the GPU computes
+    + PDL            + Hopper's programmatic dependent launch for the GEMVs, rope write, split-KV
+                     and merge: the next kernel starts (and streams its weights) while one drains
+                     (the full stage 7; on an older GPU this row equals the one before)
 Peer, in the same run: transformers' ``generate`` on the same checkpoint (single stream).
 
 Per row:
@@ -80,17 +83,17 @@ from l5_scheduler.config import make_config  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
 
 ROWS = [("stage 6", None),
-        ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False)),
-        ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False)),
-        ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False)),
-        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False)),
-        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=False)),
+        ("+ inputs", dict(enforce_eager=True, fused_ops=False, split_kv=False, pdl=False)),
+        ("+ fused ops", dict(enforce_eager=True, fused_ops=True, split_kv=False, pdl=False)),
+        ("+ CUDA graphs", dict(enforce_eager=False, fused_ops=True, split_kv=False, pdl=False)),
+        ("+ split-KV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=False, pdl=False)),
+        ("+ small-M GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=False, pdl=False)),
         ("+ norm in the GEMV", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
-                                    async_scheduling=False)),
+                                    async_scheduling=False, pdl=False)),
         ("+ async scheduling", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
                                     async_scheduling=True, pdl=False)),
-        ("+ PDL GEMVs", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
-                             async_scheduling=True, pdl=True))]
+        ("+ PDL", dict(enforce_eager=False, fused_ops=True, split_kv=True, gemv=True, norm_prologue=True,
+               async_scheduling=True, pdl=True))]
 HOST_ROWS = [("plain parts", PLAIN), ("plain order", ROWS[6][1]), ("stage 7", ROWS[-1][1])]   # at 256 running
 
 
