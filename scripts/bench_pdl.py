@@ -22,6 +22,17 @@ import os
 import sys
 import time
 
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="out/bench_pdl")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse(sys.argv[1:])          # a bad flag stops here, before torch and triton load
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
@@ -80,9 +91,7 @@ def make_chain(kind, W, M, dev, dt):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="out/bench_pdl")
-    a = ap.parse_args(argv)
+    a = parse(argv)
     if not (torch.cuda.is_available() and pdl_supported(torch.device("cuda"))):
         print("bench_pdl: needs a Hopper (sm_90) or newer GPU; nothing to measure here")
         return 0
