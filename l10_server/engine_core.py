@@ -73,29 +73,32 @@ class EngineCore:
                        "engine_take_seconds": 0.0,   # taking adds and aborts in, between steps
                        "engine_busy_periods": 0,     # times the core went from idle to stepping
                        # times on the monotonic clock (time.perf_counter, one clock for every process
-                       # of a Linux machine): when the core last went from idle to stepping, its last
-                       # step ended, it last took a request in. A benchmark's timeline (bench_serve.py).
+                       # of a Linux machine): when the core last woke from idle with work to step, its
+                       # last step ended, it last took a request in. A benchmark's timeline (bench_serve.py).
                        "engine_busy_since": 0.0, "engine_last_step_end": 0.0, "engine_last_add": 0.0}
 
     def run(self, inbox) -> None:
         eng, c, clock = self.engine, self.counts, time.perf_counter
         idle = True
         try:
-            while self._drain(inbox, block=not eng.has_unfinished_requests()):
+            while True:
+                block = not eng.has_unfinished_requests()
+                idle = idle or block                   # nothing to step: the next step starts a stretch
+                if not self._drain(inbox, block=block):
+                    return
                 if not eng.has_unfinished_requests():
-                    idle = True
                     continue
-                t0 = clock()
-                if idle:
-                    c["engine_busy_since"], idle = t0, False
+                if idle:                               # the stretch begins where the core woke with work
+                    c["engine_busy_since"], idle = self._drain_start, False
                     c["engine_busy_periods"] += 1
+                t0 = clock()
                 fast, out = self._emit(eng.step())
                 t1 = clock()
-                self.outbox.send((fast, out, self.snapshot()))
-                c["engine_steps"] += 1
+                c["engine_steps"] += 1                 # counted before the snapshot goes out with the step
                 c["engine_step_seconds"] += t1 - t0
-                c["engine_last_step_end"] = t2 = clock()
-                c["engine_send_seconds"] += t2 - t1
+                c["engine_last_step_end"] = t1
+                self.outbox.send((fast, out, self.snapshot()))
+                c["engine_send_seconds"] += clock() - t1    # (in /metrics from the next message on)
         except (EOFError, BrokenPipeError, OSError):    # the server is gone: nothing left to serve
             return
         except BaseException as e:                 # a bug: the server fails what is in flight, /health says 503
@@ -105,7 +108,7 @@ class EngineCore:
     def _drain(self, inbox, block: bool) -> bool:
         """Take what the server sent (waiting for it when idle); False on "stop"."""
         items = [inbox.recv()] if block else []
-        t0 = time.perf_counter()
+        t0 = self._drain_start = time.perf_counter()   # awake, with what came
         while inbox.poll():
             items.append(inbox.recv())
         out = []

@@ -39,11 +39,12 @@ def make_drafter(spec, model, config, impl: str):
 def build_engine(model, tokenizer, config, *, speculative_config: dict | None = None, seed: int | None = None,
                  impl: str = "triton", kv_cache_dtype: str = "auto", enable_prefix_caching: bool = True,
                  check: bool = False, fused_ops: bool = True, split_kv: bool = True, gemv: bool = True,
-                 enforce_eager: bool = False, profiler=None, **kw):
+                 norm_prologue: bool = True, pdl: bool = True, enforce_eager: bool = False, profiler=None, **kw):
     """No ``speculative_config``: stage 9's builder, unchanged. Otherwise stage 9's parts plus a
     speculator. (Stage 9's options are named so that ``LLM()`` can check a caller's.)"""
     kw |= dict(kv_cache_dtype=kv_cache_dtype, enable_prefix_caching=enable_prefix_caching, check=check,
-               fused_ops=fused_ops, split_kv=split_kv, gemv=gemv, enforce_eager=enforce_eager, profiler=profiler)
+               fused_ops=fused_ops, split_kv=split_kv, gemv=gemv, norm_prologue=norm_prologue, pdl=pdl,
+               enforce_eager=enforce_eager, profiler=profiler)
     spec = parse_spec_config(speculative_config)
     if spec is None:
         return stage9.build_engine(model, tokenizer, config, seed=seed, impl=impl, **kw)

@@ -192,6 +192,7 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
     ``num_splits`` overrides :func:`pick_num_splits`; ``config`` overrides :func:`split_config`.
     ``pdl``: both kernels with programmatic dependent launch (pdl.py; stage 3's kernel never).
     """
+    check_pdl(pdl, q.device)
     if check:  # the engine checks the layout once per step (FastRunner), not in every layer
         check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
     T, H_q, D = q.shape
@@ -203,7 +204,6 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
     max_kv = block_table.shape[1] * block_size if max_seqlen_kv is None else max_seqlen_kv
     if num_splits is None:
         num_splits = pick_num_splits(S, H_kv, max_kv, _num_sms(q.device))
-    check_pdl(pdl, q.device)
     if not isinstance(num_splits, int) or not 1 <= num_splits <= 65535:
         raise UserError(f"num_splits must be a host int in 1..65535, got {num_splits!r}")
     if num_splits == 1 or not 1 <= D <= 256:

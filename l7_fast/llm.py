@@ -54,7 +54,8 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
     it is warmed up and given CUDA graphs here, like stage 7's own. ``verify_graphs`` (q, max
     batch): graphs for lesson 11's verify steps too; ``prefill_graphs``: for one request's short
     prefill too (graphs.py); ``async_scheduling``: the engine's overlapped step order; ``pdl``: the
-    GEMVs with programmatic dependent launch on Hopper (ignored elsewhere: gemv.pdl_supported)."""
+    GEMVs, rope write, split-KV and merge with programmatic dependent launch on Hopper (off on
+    other devices: pdl.pdl_supported; lesson 7.12)."""
     if runner is None:
         ops = make_ops(model, fused_ops=fused_ops, gemv=gemv, norm_prologue=norm_prologue, pdl=pdl)
         runner = FastRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv)

@@ -46,8 +46,9 @@ def check_fits(config, groups) -> None:
 
 def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True, impl: str = "triton",
                  check: bool = False, fused_ops: bool = True, split_kv: bool = True, gemv: bool = True,
-                 enforce_eager: bool = False, profiler=None, **kw):
-    """Stage 7's builder with this stage's KV manager, KV cache and runner."""
+                 norm_prologue: bool = True, pdl: bool = True, enforce_eager: bool = False, profiler=None, **kw):
+    """Stage 7's builder with this stage's KV manager, KV cache and runner (stage 7's ops, built
+    here with stage 7's options)."""
     cfg, p = model.cfg, next(model.parameters())
     groups = kv_cache_groups(cfg.layer_windows, cfg.num_layers)
     config = dataclasses.replace(config, num_blocks=pool_blocks(config.num_blocks, groups, cfg.num_layers))
@@ -55,7 +56,8 @@ def build_engine(model, tokenizer, config, *, enable_prefix_caching: bool = True
     cache = WindowedKVCache(cfg, groups, config.num_blocks, config.block_size, p.device, p.dtype, impl=impl)
     kv = SlidingWindowKVManager(config.num_blocks, config.block_size, [g.window for g in groups],
                                 caching=enable_prefix_caching)
-    runner = GroupedRunner(model, config, stage7.make_ops(model, fused_ops=fused_ops, gemv=gemv), impl=impl,
+    runner = GroupedRunner(model, config, stage7.make_ops(model, fused_ops=fused_ops, gemv=gemv,
+                                                           norm_prologue=norm_prologue, pdl=pdl), impl=impl,
                            check=check, split_kv=split_kv, cache=cache, num_groups=len(groups))
     return stage7.build_engine(model, tokenizer, config, enable_prefix_caching=enable_prefix_caching, kv=kv,
                                runner=runner, impl=impl, check=check, enforce_eager=enforce_eager, profiler=profiler,

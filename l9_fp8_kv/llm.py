@@ -38,13 +38,15 @@ from .ops import Fp8Ops
 
 def build_engine(model, tokenizer, config, *, kv_cache_dtype: str = "auto", enable_prefix_caching: bool = True,
                  impl: str = "triton", check: bool = False, fused_ops: bool = True, split_kv: bool = True,
-                 gemv: bool = True, enforce_eager: bool = False, profiler=None, **kw):
+                 gemv: bool = True, norm_prologue: bool = True, pdl: bool = True, enforce_eager: bool = False,
+                 profiler=None, **kw):
     """``kv_cache_dtype="auto"``: stage 8's builder, unchanged. An fp8 name: stage 8's parts with
     this stage's cache and ops."""
     common = dict(enable_prefix_caching=enable_prefix_caching, impl=impl, check=check, split_kv=split_kv,
                   enforce_eager=enforce_eager, profiler=profiler, **kw)
     if kv_cache_dtype == "auto":
-        return stage8.build_engine(model, tokenizer, config, fused_ops=fused_ops, gemv=gemv, **common)
+        return stage8.build_engine(model, tokenizer, config, fused_ops=fused_ops, gemv=gemv,
+                                   norm_prologue=norm_prologue, pdl=pdl, **common)
     if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise UserError(f"kv_cache_dtype {kv_cache_dtype!r} unsupported: use 'auto' (the model's dtype), 'fp8' "
                         "(= 'fp8_e4m3', vLLM's per-tensor scale) or 'fp8_per_token_head' (a scale per token and head)")
@@ -59,7 +61,8 @@ def build_engine(model, tokenizer, config, *, kv_cache_dtype: str = "auto", enab
                        per_token=per_token)
     kv = SlidingWindowKVManager(config.num_blocks, config.block_size, [g.window for g in groups],
                                 caching=enable_prefix_caching)
-    ops = Fp8Ops(model, gemv_max_m=GEMV_MAX_M if gemv else 0) if fused_ops else TorchOps()   # stage 7's make_ops
+    ops = Fp8Ops(model, gemv_max_m=GEMV_MAX_M if gemv else 0, norm_prologue=norm_prologue, pdl=pdl) \
+        if fused_ops else TorchOps()                                                  # stage 7's make_ops
     runner = GroupedRunner(model, config, ops, impl=impl, check=check, split_kv=split_kv, cache=cache,
                            num_groups=len(groups))
     return stage7.build_engine(model, tokenizer, config, kv=kv, runner=runner, **common)

@@ -51,7 +51,7 @@ def parse(argv):
     if any(r != "inf" and r <= 0 for r in a.rate_list):
         ap.error("--rates must be positive")
     a.http_list = a.http.split(",")
-    if not a.http_list or any(h not in ("raw", "httpx") for h in a.http_list):
+    if not a.http_list or any(h not in ("raw", "httpx") for h in a.http_list) or len(set(a.http_list)) < len(a.http_list):
         ap.error(f"--http takes raw, httpx or raw,httpx: got {a.http!r}")
     return a
 
@@ -156,7 +156,7 @@ def timeline(r: dict, core: dict, d: dict) -> dict:
     return dict(start=ms(core["busy_since"] - t0), steps=ms(d["step_seconds"]), send=ms(d["send_seconds"]),
                 take=ms(d["take_seconds"]), between=ms(window - d["step_seconds"] - d["send_seconds"] - d["take_seconds"]),
                 tail=ms(r["end"] - core["last_step_end"]), last_add=ms(core["last_add"] - t0),
-                last_accepted=ms(max(q["accepted"] for q in r["requests"] if "accepted" in q) - t0))
+                last_accepted=ms(max((q["accepted"] for q in r["requests"] if "accepted" in q), default=t0) - t0))
 
 
 def _client_run(url, name, requests, rate, seed, sequential=False, http="raw") -> dict:

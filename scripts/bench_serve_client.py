@@ -41,10 +41,18 @@ class RawResponse:
 
     async def _chunks(self):
         r = self.reader
-        if self.headers.get("transfer-encoding") == "chunked":        # a streamed response
-            while size := int((await r.readline()).split(b";")[0].strip() or b"0", 16):
-                yield (await r.readexactly(size + 2))[:-2]           # each chunk ends with CRLF
-            return
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():   # a streamed response
+            while True:
+                line = await r.readline()
+                if not line.endswith(b"\n"):
+                    raise ConnectionError("the server closed the connection inside a chunked body")
+                size = int(line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    return
+                chunk = await r.readexactly(size + 2)                  # each chunk ends with CRLF
+                if chunk[-2:] != b"\r\n":
+                    raise ConnectionError("a chunk of the body does not end with CRLF")
+                yield chunk[:-2]
         n = self.headers.get("content-length")
         yield await (r.readexactly(int(n)) if n is not None else r.read())
 
@@ -116,7 +124,7 @@ async def bounded(request, seconds: float = 600.0) -> dict:
     """A request that takes longer than ``seconds`` counts as failed; the run goes on."""
     try:
         return await asyncio.wait_for(request, seconds)
-    except (TimeoutError, OSError) as e:
+    except Exception as e:          # timed out, refused, cut off, garbled: this request failed, not the run
         return dict(ok=False, error=f"{type(e).__name__}: {e}"[:200])
 
 

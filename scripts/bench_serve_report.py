@@ -82,7 +82,7 @@ def plot(path: str, res: dict) -> None:
     if plt is None:
         return
     every = [r for r in res["runs"] if r["label"].startswith("rate")]
-    runs = [r for r in every if "(" not in r["label"]]          # the latency curve: the default client's runs
+    runs = [r for r in every if "(" not in r["label"]] or every  # the latency curve: the first client's runs
     xs = [r["requests_per_s"] for r in runs]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for key, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL")):

@@ -82,3 +82,21 @@ def test_the_raw_client_reads_what_httpx_reads(base, path):
         assert raw == (200, EVENTS[:-1])          # the body's last newline ends the last line
     else:
         assert raw[0] == 400 and '"param": "max_tokens"' in raw[1].replace('":"', '": "')
+
+
+@pytest.mark.parametrize("cut", [b"5\r\nhel", b"5\r\nhello\r\n", b"5\r\nhelloXY3\r\nabc\r\n0\r\n\r\n"],
+                         ids=["inside_a_chunk", "before_the_next_size", "a_chunk_without_crlf"])
+def test_a_cut_or_garbled_chunked_body_is_an_error_not_a_short_stream(cut):
+    async def main():
+        async def serve(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + cut)
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
+        async with server:
+            async with raw_stream(url, {"prompt": [1]}) as r:
+                return [line async for line in r.aiter_lines()]
+    with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+        asyncio.run(asyncio.wait_for(main(), 30))

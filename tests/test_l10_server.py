@@ -205,6 +205,22 @@ BAD = [  # (endpoint, body, status, the param the error names)
 ]
 
 
+def test_metrics_count_each_stretch_of_steps_for_bench_serves_timeline(qwen3):
+    """Two requests with the engine idle between them: two stretches of steps, each with its own
+    start, and the last step's end seen in /metrics (bench_serve.py's timeline reads these)."""
+    base, _ = qwen3
+    c = _client(base)
+    m = [wait_idle(base)]
+    for _ in range(2):
+        c.completions.create(model="tiny-qwen3", prompt=PROMPT, max_tokens=3)
+        m.append(wait_idle(base))
+    for before, after in zip(m, m[1:]):
+        assert after["engine_busy_periods_total"] - before["engine_busy_periods_total"] == 1
+        assert after["engine_steps_total"] - before["engine_steps_total"] >= 3
+        assert before["engine_last_step_end_seconds"] < after["engine_busy_since_seconds"] \
+            < after["engine_last_step_end_seconds"] and after["engine_last_add_seconds"] >= after["engine_busy_since_seconds"]
+
+
 def test_bad_requests_get_openais_error_json_naming_the_param_and_the_server_keeps_serving(qwen3):
     base, _ = qwen3
     for endpoint, body, status, param in BAD:

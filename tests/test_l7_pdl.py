@@ -4,6 +4,8 @@ split-KV -> merge -> o_proj GEMV), captured in a CUDA graph with every kernel la
 gives bit-for-bit what the same chain gives without PDL, input after input; and so does the
 tiny model through stage 7's engine. A kernel that reads before its ``gdc_wait`` (the planted bug
 of the lesson's exercise) reads the previous replay's values and fails the first test."""
+import importlib
+
 import pytest
 import torch
 
@@ -31,6 +33,21 @@ def test_pdl_is_refused_by_name_where_it_cannot_run():
     with pytest.raises(UserError, match="pdl needs a Hopper"):
         qk_norm_rope_write(q, k, k.clone(), torch.ones(1, 16), torch.zeros(1, 16), kc, vc,
                            torch.zeros(1, dtype=torch.int64), pdl=True)
+
+
+@pytest.mark.parametrize("stage,extra", [("l7_fast", {}), ("l8_sliding_window", {}), ("l9_fp8_kv", {}),
+                                         ("l9_fp8_kv", {"kv_cache_dtype": "fp8"}), ("l11_spec_decode", {})])
+def test_every_stage_hands_pdl_and_norm_prologue_to_its_ops(stage, extra, monkeypatch):
+    """Later stages build stage 7's ops themselves: the options must reach them (on a CPU, with the
+    GPU check pretended, since there PDL is always off)."""
+    from plumbing.tiny import tiny_checkpoint
+    monkeypatch.setattr("l7_fast.ops.pdl_supported", lambda device: True)
+    for pdl in (False, True):
+        llm = importlib.import_module(stage).LLM(str(tiny_checkpoint("qwen3")), device="cpu", pdl=pdl,
+                                                 norm_prologue=not pdl, num_gpu_blocks_override=64, **extra)
+        runner = llm.llm_engine.runner
+        ops = getattr(runner, "runner", runner).ops
+        assert (ops.pdl, ops.norm_prologue) == (pdl, not pdl), f"{stage} {extra}: pdl={pdl} did not reach its ops"
 
 
 def _layer(ctx=4096, H=1024, H_q=16, H_kv=8, D=128):
