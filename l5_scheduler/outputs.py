@@ -1,6 +1,7 @@
 """What the engine hands back, with vLLM's names: ``RequestOutput.outputs[0].token_ids`` etc."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 
@@ -59,6 +60,7 @@ class StepStats:
     kv_tokens: int = 0            # sum of seq_lens_kv: keys attention reads this step
     sampled: int = 0
     hits: list[tuple[str, int]] = field(default_factory=list)   # per admission: (id, tokens found computed)
+    t: float = 0.0                # the host's clock (perf_counter) when the record was made: bench_e2e's phases
 
     def line(self) -> str:
         chunks = " ".join(f"{r}[{s}:{s + n}/{p}]" for r, s, n, p in self.chunks) or "-"
@@ -90,7 +92,7 @@ def step_stats(engine, out, running: int, waiting: int, sampled: int, finished: 
                      admitted=[r.request_id for r in out.admitted], finished=finished, running=running,
                      waiting=waiting, blocks_used=kv.num_blocks - kv.num_free, blocks_total=kv.num_blocks,
                      kv_tokens=sum([req.kv.cur_len for req, _ in scheduled]), sampled=sampled,
-                     hits=[(req.request_id, req.kv.cur_len - n) for req, n in admitted])
+                     hits=[(req.request_id, req.kv.cur_len - n) for req, n in admitted], t=time.perf_counter())
 
 
 def completion(index: int, req, decode) -> CompletionOutput:

@@ -251,7 +251,7 @@ def main(argv=None):
     rows, schedule = [], None
     for variant, fixed in variants:
         r, stats = run_ours(llm, work, fixed)
-        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf) if bw else None)
+        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf, llm.llm_engine.overlap) if bw else None)
         schedule = schedule or stats
         r["new_cache_entries"] = len(cache_entries()) - start["triton_cache"]["entries_after_start"]
         rows.append(r)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from bench_common import pyplot
 
 
-def roofline(stats, cfg, bw_gbps, peak_tflops):
-    """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor."""
+def step_floor(s, cfg, bw_gbps, peak_tflops):
+    """One step's floor: (memory-only seconds, memory-or-compute seconds, bytes, FLOPs)."""
     elt = 2
     per_layer = (cfg.hidden_size * (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim      # q, k, v
                  + cfg.num_heads * cfg.head_dim * cfg.hidden_size                              # o
@@ -13,20 +13,55 @@ def roofline(stats, cfg, bw_gbps, peak_tflops):
     body = cfg.num_layers * per_layer
     head = cfg.vocab_size * cfg.hidden_size
     kv_tok = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * elt
-    mem_s = both_s = 0.0
-    total_bytes = total_flops = 0
-    for s in stats:
-        T = s.prefill_tokens + s.decode_tokens
-        nbytes = (body + (head if s.sampled else 0) + T * cfg.hidden_size) * elt + (s.kv_tokens + T) * kv_tok
-        pre_kv = sum(start * n + n * (n + 1) // 2 for _, start, n, _ in s.chunks)              # visible (q, k) pairs
-        dec_kv = s.kv_tokens - sum(start + n for _, start, n, _ in s.chunks)
-        flops = 2 * T * body + 2 * s.sampled * head + 4 * cfg.num_heads * cfg.head_dim * (pre_kv + dec_kv) * cfg.num_layers
-        t_mem = nbytes / (bw_gbps * 1e9)
-        mem_s += t_mem
-        both_s += max(t_mem, flops / (peak_tflops * 1e12))
-        total_bytes += nbytes
-        total_flops += flops
-    return dict(floor_memory_s=mem_s, floor_memory_compute_s=both_s, bytes=total_bytes, flops=total_flops)
+    T = s.prefill_tokens + s.decode_tokens
+    nbytes = (body + (head if s.sampled else 0) + T * cfg.hidden_size) * elt + (s.kv_tokens + T) * kv_tok
+    pre_kv = sum(start * n + n * (n + 1) // 2 for _, start, n, _ in s.chunks)              # visible (q, k) pairs
+    dec_kv = s.kv_tokens - sum(start + n for _, start, n, _ in s.chunks)
+    flops = 2 * T * body + 2 * s.sampled * head + 4 * cfg.num_heads * cfg.head_dim * (pre_kv + dec_kv) * cfg.num_layers
+    t_mem = nbytes / (bw_gbps * 1e9)
+    return t_mem, max(t_mem, flops / (peak_tflops * 1e12)), nbytes, flops
+
+
+def roofline(stats, cfg, bw_gbps, peak_tflops, overlapped=None):
+    """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor; with
+    ``overlapped`` (the engine's step order) also the time and floor of each kind of step."""
+    f = [step_floor(s, cfg, bw_gbps, peak_tflops) for s in stats]
+    out = dict(floor_memory_s=sum(x[0] for x in f), floor_memory_compute_s=sum(x[1] for x in f),
+               bytes=sum(x[2] for x in f), flops=sum(x[3] for x in f))
+    if overlapped is not None:
+        out["phases"] = phases(stats, cfg, bw_gbps, peak_tflops, overlapped)
+    return out
+
+
+PHASES = (("steps with a prefill chunk", lambda s: s.prefill_tokens > 0),
+          ("decode, >= 128 running", lambda s: s.decode_tokens >= 128),
+          ("decode, 32-127 running", lambda s: 32 <= s.decode_tokens < 128),
+          ("decode, 8-31 running", lambda s: 8 <= s.decode_tokens < 32),
+          ("decode, 1-7 running", lambda s: 0 < s.decode_tokens < 8))
+
+
+def phases(stats, cfg, bw_gbps, peak_tflops, overlapped: bool) -> list[dict]:
+    """Where the run's time went, by kind of step: the host's clock between consecutive step
+    records (in the async order a record is made after the wait for the step before it, so the
+    interval ending at record k+1 is step k's). Each kind's seconds against its floor."""
+    out = {name: dict(phase=name, steps=0, seconds=0.0, floor_s=0.0) for name, _ in PHASES}
+    for k in range(1, len(stats)):
+        s = stats[k - 1] if overlapped else stats[k]
+        name = next(n for n, test in PHASES if test(s)) if s.prefill_tokens + s.decode_tokens else None
+        if name is not None:
+            row = out[name]
+            row["steps"] += 1
+            row["seconds"] += stats[k].t - stats[k - 1].t
+            row["floor_s"] += step_floor(s, cfg, bw_gbps, peak_tflops)[1]
+    return [dict(r, pct_of_floor=100 * r["floor_s"] / r["seconds"] if r["seconds"] else None) for r in out.values()]
+
+
+def phase_lines(rows) -> list[str]:
+    out = ["| steps | count | seconds (host clock) | floor (s, mem + compute) | % of floor |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        pct = f"{r['pct_of_floor']:.0f}%" if r["pct_of_floor"] is not None else "-"
+        out.append(f"| {r['phase']} | {r['steps']} | {r['seconds']:.2f} | {r['floor_s']:.2f} | {pct} |")
+    return out
 
 
 def start_lines(st, rows, gpu=True) -> list[str]:
@@ -69,6 +104,10 @@ def markdown(meta, rows):
         lines.append(f"| {r['variant']} | {r['engine']} | {r['output_tokens']} | {r['seconds']:.1f} | {r['tok_per_s']:.0f} | "
                      f"{r.get('steps', '—')} | {r.get('preemptions', '—')} | {sec('floor_memory_s')} | "
                      f"{pct('floor_memory_s')} | {sec('floor_memory_compute_s')} | {pct('floor_memory_compute_s')} |")
+    for r in rows:
+        if (r.get("roofline") or {}).get("phases"):
+            lines += ["", f"Where the time went, {r['engine']}, {r['variant']} (the host's clock between step records):",
+                      *phase_lines(r["roofline"]["phases"])]
     return "\n".join(lines)
 
 
