@@ -121,3 +121,30 @@ def test_the_engine_with_pdl_decodes_what_it_decodes_without():
         del llm
         torch.cuda.empty_cache()
     assert got[True] == got[False]
+
+
+@pytest.mark.gpu
+@requires_hopper
+def test_the_gemvs_long_rows_branch_chained_with_pdl_is_bitwise_the_plain_one():
+    """K = 8,192 with the norm in the prologue: the GEMV's first pass over the input for each
+    row's rstd (NORM and not ONE_CHUNK) waits before it reads; a producer GEMV writes that input."""
+    dt, dev = torch.bfloat16, "cuda"
+    g = torch.Generator(device=dev).manual_seed(0)
+    w1 = (torch.randn(8192, 1024, device=dev, generator=g) * 0.03).to(dt)
+    w2 = (torch.randn(1024, 8192, device=dev, generator=g) * 0.01).to(dt)
+    nw = (torch.rand(8192, device=dev, generator=g) + 0.5).to(dt)
+    x = torch.zeros(1, 1024, device=dev, dtype=dt)
+    h = (torch.randn(1, 8192, device=dev, generator=g)).to(dt)
+
+    def chain(pdl):
+        d = gemv(x, w1, pdl=pdl)                                     # writes the prologue's delta
+        h_out = torch.empty_like(h)
+        return gemv(h, w2, norm_weight=nw, delta=d, residual_out=h_out, pdl=pdl), h_out
+    graphs = {p: _graph(lambda p=p: chain(p)) for p in (False, True)}
+    for i in range(8):
+        x.copy_(torch.randn(x.shape, device=dev, generator=torch.Generator(dev).manual_seed(i)))
+        for p in (False, True):
+            graphs[p][0].replay()
+        torch.cuda.synchronize()
+        for a, b in zip(graphs[True][1], graphs[False][1]):
+            assert torch.equal(a, b), f"input {i}: the PDL chain differs"
