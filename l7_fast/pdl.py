@@ -19,6 +19,8 @@ PDL (cuBLAS, torch ops, stage 8's and 9's kernels) waits for the whole previous 
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from plumbing.runtime import INTERPRET  # (import before triton: picks GPU or interpreter)
@@ -29,6 +31,7 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 
+@functools.lru_cache(maxsize=None)      # asked at every launch (check_pdl): once per device
 def pdl_supported(device: torch.device) -> bool:
     """Hopper (sm_90) or newer, compiled: the interpreter runs no grid, so it has nothing to overlap."""
     return not INTERPRET and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
