@@ -51,9 +51,11 @@ from l3_paged.validate import check_paged_layout
 
 from .pdl import check_pdl, let_next_start, wait_for_previous
 
-MIN_KEYS_PER_SPLIT = 256   # below this a split's fixed cost (q load, partial write) dominates
-WAVES = 3                  # aim for this many programs per SM (3 tiles of 64 keys fit an SM's shared memory)
+MIN_KEYS_PER_SPLIT = 64    # below this a split's fixed cost (q load, partial write) dominates (H100: 1 x 4,096
+                           # ran 15.6 us at 16 splits of 256 keys, 13.3 us at 64 of 64; docs/benchmarks.md)
+WAVES = 3                  # at least this many programs per SM (3 tiles of 64 keys fit an SM's shared memory)
 MAX_SPLITS = 128
+SHORT_SPLIT = 512           # keys a split at most, for 32-key steps (split_config)
 
 
 @triton.jit
@@ -150,26 +152,33 @@ def _num_sms(device: torch.device) -> int:
 def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
                     at_most_waves: bool = False) -> int:
     """Splits per sequence, from host ints only. 1 while the unsplit grid already has a program
-    per SM; otherwise enough for WAVES programs per SM, but at least MIN_KEYS_PER_SPLIT keys each.
-    ``at_most_waves``: round down instead, never past WAVES programs per SM (stage 9's e4m3 kernel,
-    l9_fp8_kv.attention_split.fp8_num_splits)."""
+    per SM; otherwise enough for WAVES programs per SM, rounded up to a power of two, but at least
+    MIN_KEYS_PER_SPLIT keys each. A power of two cuts a power-of-two context into equal chunks of
+    whole tiles (H100, Qwen3-8B heads: 1 x 32,768 at 64 splits 59.5 us, at 50 61.2; 8 x 8,192 at 8
+    splits 104.0 us, at 7 105.2). ``at_most_waves``: round down instead, never past WAVES programs
+    per SM (stage 9's e4m3 kernel, l9_fp8_kv.attention_split.fp8_num_splits)."""
     base = num_seqs * num_kv_heads
     if base >= num_sms:
         return 1
-    want = (WAVES * num_sms) // base if at_most_waves else triton.cdiv(WAVES * num_sms, base)
+    want = (WAVES * num_sms) // base if at_most_waves else triton.next_power_of_2(triton.cdiv(WAVES * num_sms, base))
     return max(1, min(want, max_kv_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
 
 
-def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype) -> KernelConfig:
+def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype,
+                 keys_per_split: int | None = None) -> KernelConfig:
     """Tiles of the split kernel: stage 3's decode tiles, but 64-key steps for 16-bit D <= 128
-    (half the shared memory per program, so more programs per SM stream at once). H200 sweep,
-    Qwen3-0.6B heads, CUDA-graph timing: best were 64 splits x 64 keys at 1 x 32768 (66% of copy
-    bandwidth; 128-key steps 66% at 32 splits) and 8 splits x 64 keys at 8 x 8192 (82%; 128 keys
-    73%); the automatic choice (50 and 7 splits) got 67% and 80% (docs/l7_kernels_h200.md)."""
+    (half the shared memory per program, so more programs per SM stream at once), and 32-key steps
+    where a split holds at most SHORT_SPLIT keys (``keys_per_split``: the host's bound on the
+    context over the split count). H200 sweep, Qwen3-0.6B heads, CUDA-graph timing: best were 64
+    splits x 64 keys at 1 x 32768 (66% of copy bandwidth; 128-key steps 66% at 32 splits) and 8
+    splits x 64 keys at 8 x 8192 (82%; 128 keys 73%) (docs/l7_kernels_h200.md). H100, Qwen3-8B
+    heads: 1 x 4,096 at 64 splits 13.3 us with 32-key steps, 14.4 with 64; 1 x 32,768 at 64
+    splits 59.5 and 60.8; 8 x 8,192 at 8 splits 104.3 and 104.0 (1,024 keys a split)."""
     cfg = pick_config(1, num_seqs, num_seqs, g_pad, d_pad, dtype)
     if INTERPRET or dtype == torch.float32 or d_pad > 128:
         return cfg
-    return KernelConfig(cfg.block_q, block_n=64, num_warps=4, num_stages=2)
+    short = keys_per_split is not None and keys_per_split <= SHORT_SPLIT
+    return KernelConfig(cfg.block_q, block_n=32 if short else 64, num_warps=4, num_stages=2)
 
 
 def _merge(acc, m, l, out, seq_lens_kv, num_splits, block_n, pdl=False):
@@ -216,7 +225,7 @@ def paged_attention_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_
         raise UserError(f"S={S} exceeds CUDA's 65535 grid limit on axis 2: split the batch")
     G = H_q // H_kv
     d_pad = max(16, triton.next_power_of_2(D))
-    cfg = config or split_config(S, triton.next_power_of_2(G), d_pad, q.dtype)
+    cfg = config or split_config(S, triton.next_power_of_2(G), d_pad, q.dtype, triton.cdiv(max_kv, num_splits))
     scale = D ** -0.5 if scale is None else float(scale)
     if not scale > 0:
         raise UserError(f"scale must be > 0 (got {scale}); the default is 1/sqrt(D)")

@@ -58,7 +58,8 @@ def attention_choice(runner, max_q: int, T: int, S: int, decode: bool) -> tuple:
     if decode:
         splits = runner.step_splits(S, True)
         if splits > 1 and cfg.head_dim <= 256:
-            return ("split", split_config(S, g_pad, d_pad, dtype), triton.next_power_of_2(splits))
+            keys = triton.cdiv(runner.buf.table.shape[1] * runner.block_size, splits)   # the kernel's bound / splits
+            return ("split", split_config(S, g_pad, d_pad, dtype, keys), triton.next_power_of_2(splits))
         max_q = 1
     return ("paged", pick_config(max_q, T, S, g_pad, d_pad, dtype))
 

@@ -194,7 +194,7 @@ def split(device: str) -> bool:
 def split_sweep(b, args, ctx, nbytes) -> None:
     """Print the split kernel's graph time, as % of copy bandwidth, for each (splits, tile) tried."""
     sweep = {}                                     # (splits, block_n, warps, stages) -> graph ms
-    for bn, w, st in ((32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2)):
+    for bn, w, st in ((32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 4, 3), (128, 4, 2)):
         for n in (4, 8, 16, 32, 64, 128):
             if n * bn <= ctx:
                 c = KernelConfig(1, bn, w, st)

@@ -1,0 +1,108 @@
+"""The GPU half of scripts/decode_limits.py: the timings, the table and the plot."""
+from __future__ import annotations
+
+import torch
+
+import scripts.bench_attention as ba
+from l3_paged.kernel_config import pick_config
+from l3_paged.paged_batch import make_paged_batch
+from l7_fast.attention_split import _num_sms, paged_attention_split, pick_num_splits, split_config
+from l7_fast.pdl import pdl_supported
+from l9_fp8_kv import paged_attention_fp8_split
+from l9_fp8_kv.attention import quantize_batch
+from l9_fp8_kv.attention_split import fp8_num_splits, fp8_split_config
+from scripts.decode_limits import BS, D, FP8_SHAPES, H_KV, H_Q, SHAPES
+from scripts.kernel_bench import Bench, graph_ms, try_graph_ms
+
+
+def _block_n(B, splits, dtype):
+    if splits > 1:
+        return split_config(B, 4, 128, dtype).block_n
+    return pick_config(1, B, B, 4, 128, dtype).block_n
+
+
+def run(read) -> dict:
+    bench, dev = Bench(), torch.device("cuda", torch.cuda.current_device())
+    sms, pdl = _num_sms(dev), pdl_supported(dev)
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+               copy_GBps=bench.copy_gbps, heads=dict(H_q=H_Q, H_kv=H_KV, D=D, block=BS), pdl=pdl, rows=[], fp8=[])
+    attn_ms = {}
+    for B, ctx in SHAPES:
+        args = make_paged_batch([1] * B, [ctx] * B, H_Q, H_KV, D, BS, torch.bfloat16, "cuda", spare_blocks=0)
+        _, k, v, _, lens, table = args
+        splits = pick_num_splits(B, H_KV, ctx, sms)
+        bn = _block_n(B, splits, torch.bfloat16)
+        kd, vd = ba.dense_kv(args, ctx)                                   # [B, H_kv, ctx, D]
+        km, vm = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        qd = args[0].view(B, H_Q, 1, D)
+        nbytes = 2 * B * ctx * H_KV * D * 2
+        t = dict(attention=graph_ms(lambda: paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx, pdl=pdl)),
+                 sdpa=try_graph_ms(lambda: ba.sdpa(qd, kd, vd, False)),
+                 read_paged=graph_ms(lambda: read(k, v, table, lens, splits, bn)),
+                 read_head_major=graph_ms(lambda: read(km, vm, table, lens, splits, bn, head_major=True)),
+                 read_dense=graph_ms(lambda: read(kd, vd, torch.arange(B, device="cuda", dtype=torch.int32)[:, None],
+                                                  lens, splits, bn, dense=True)))
+        attn_ms[(B, ctx)] = t["attention"]
+        row = dict(B=B, ctx=ctx, splits=splits, block_n=bn, bytes=nbytes, us={n: ms * 1e3 for n, ms in t.items()},
+                   pct_copy={n: bench.pct(nbytes, ms) for n, ms in t.items()})
+        res["rows"].append(row)
+        print(f"  {B} x {ctx}: " + ", ".join(f"{n} {ms * 1e3:.1f} us ({bench.pct(nbytes, ms):.0f}%)"
+                                             for n, ms in t.items()), flush=True)
+        del args, k, v, kd, vd, km, vm
+        torch.cuda.empty_cache()
+    for B, ctx in FP8_SHAPES:
+        base = make_paged_batch([1] * B, [ctx] * B, H_Q, H_KV, D, BS, torch.bfloat16, "cuda", spare_blocks=0)
+        fa = quantize_batch(base, per_token=False)
+        _, kc, vc, _, _, _, lens, table = fa
+        ns8 = fp8_num_splits(B, H_KV, ctx, sms)
+        bn8 = fp8_split_config(B, 4, 128, torch.bfloat16).block_n if ns8 > 1 else 128
+        t8 = graph_ms(lambda: paged_attention_fp8_split(*fa, max_seqlen_q=1, num_splits=ns8))
+        r8 = graph_ms(lambda: read(kc, vc, table, lens, ns8, bn8))
+        nbytes = 2 * B * ctx * H_KV * D
+        bf = attn_ms[(B, ctx)]
+        row = dict(B=B, ctx=ctx, splits=ns8, block_n=bn8, bytes=nbytes, fp8_us=t8 * 1e3, read_us=r8 * 1e3,
+                   bf16_us=bf * 1e3, speedup=bf / t8, bound=bf / r8, fp8_pct=bench.pct(nbytes, t8),
+                   read_pct=bench.pct(nbytes, r8))
+        res["fp8"].append(row)
+        print(f"  e4m3 {B} x {ctx}: attention {t8 * 1e3:.1f} us ({bf / t8:.2f}x bf16), read floor {r8 * 1e3:.1f} us "
+              f"(bf16 / floor {bf / r8:.2f}x)", flush=True)
+        del base, fa
+        torch.cuda.empty_cache()
+    return res
+
+
+def table(r) -> str:
+    head = (f"{r['device']}, torch {r['torch']}, triton {r['triton']}; H_q {r['heads']['H_q']}, H_kv {r['heads']['H_kv']}, "
+            f"D {r['heads']['D']}, block {r['heads']['block']}, bf16; copy {r['copy_GBps']:.0f} GB/s; PDL {r['pdl']}; "
+            "µs from CUDA graphs, L2 flushed (% of copy bandwidth)\n\n"
+            "| B x ctx | splits | attention (engine) | SDPA (dense) | read: paged | read: paged head-major | read: dense |\n"
+            "|---|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for x in r["rows"]:
+        cells = [f"{x['us'][n]:.1f} ({x['pct_copy'][n]:.0f}%)"
+                 for n in ("attention", "sdpa", "read_paged", "read_head_major", "read_dense")]
+        lines.append(f"| {x['B']} x {x['ctx']} | {x['splits']} | " + " | ".join(cells) + " |")
+    lines += ["", "| e4m3 cache, B x ctx | splits | e4m3 attention | its speed-up over bf16 | e4m3 read floor | "
+              "bf16 attention / e4m3 read floor |", "|---|---:|---:|---:|---:|---:|"]
+    for x in r["fp8"]:
+        lines.append(f"| {x['B']} x {x['ctx']} | {x['splits']} | {x['fp8_us']:.1f} ({x['fp8_pct']:.0f}%) | "
+                     f"{x['speedup']:.2f}x | {x['read_us']:.1f} ({x['read_pct']:.0f}%) | {x['bound']:.2f}x |")
+    return "\n".join(lines)
+
+
+def plot(r, path) -> None:
+    from scripts.bench_common import pyplot
+    plt = pyplot()
+    if plt is None:
+        return
+    names = ("attention", "sdpa", "read_paged", "read_head_major", "read_dense")
+    fig, ax = plt.subplots(figsize=(10, 4))
+    w = 0.16
+    for i, n in enumerate(names):
+        ax.bar([j + i * w for j in range(len(r["rows"]))], [x["pct_copy"][n] for x in r["rows"]], w, label=n)
+    ax.set_xticks([j + 2 * w for j in range(len(r["rows"]))], [f"{x['B']}x{x['ctx']}" for x in r["rows"]])
+    ax.set_ylabel("% of copy bandwidth")
+    ax.set_title(f"decode attention and the read floor of each layout, {r['device']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
