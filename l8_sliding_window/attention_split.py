@@ -96,7 +96,8 @@ def paged_attention_window_split(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv,
         raise UserError(f"num_splits must be a host int in 1..65535, got {num_splits!r}")
     G = H_q // H_kv
     d_pad = max(16, triton.next_power_of_2(D))
-    cfg = config or split_config(S, triton.next_power_of_2(G), d_pad, q.dtype)
+    keys = triton.cdiv(min(window, block_table.shape[1] * block_size), num_splits)   # a split's keys, at most
+    cfg = config or split_config(S, triton.next_power_of_2(G), d_pad, q.dtype, keys)
     scale = D ** -0.5 if scale is None else float(scale)
     f32 = dict(device=q.device, dtype=torch.float32)
     out = torch.empty_like(q)

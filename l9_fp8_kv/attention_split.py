@@ -37,12 +37,16 @@ def fp8_split_config(num_seqs: int, g_pad: int, d_pad: int, dtype) -> KernelConf
     return cfg if INTERPRET or cfg.block_n != 64 else dataclasses.replace(cfg, block_n=128)
 
 
+FP8_MIN_KEYS = 256          # stage 9's split floor, as measured (stage 7 went to 64 later, for its 32-key steps)
+
+
 def fp8_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int) -> int:
-    """Key splits of a decode step over an e4m3 cache: stage 7's rule rounded down, never past WAVES
-    programs per SM. For this kernel a last, partial wave cost more than it shared (H100, 8 x 8,192,
-    8 KV heads, 132 SMs: 6 splits 66.5 us, 7 splits 73.1 us, 8 splits 77.6 us; docs/benchmarks.md,
-    stage 9). Why it differs from the bf16 kernel there is not profiled."""
-    return pick_num_splits(num_seqs, num_kv_heads, max_kv_len, num_sms, at_most_waves=True)
+    """Key splits of a decode step over an e4m3 cache: enough for WAVES programs per SM rounded
+    down, never past them, and at least FP8_MIN_KEYS keys a split (its 128-key tile). For this
+    kernel a last, partial wave cost more than it shared (H100, 8 x 8,192, 8 KV heads, 132 SMs: 6
+    splits 66.5 us, 7 splits 73.1 us, 8 splits 77.6 us; docs/benchmarks.md, stage 9). Why it differs
+    from the bf16 kernel there is not profiled. (Stage 7's rule rounds up to a power of two.)"""
+    return pick_num_splits(num_seqs, num_kv_heads, max_kv_len, num_sms, at_most_waves=True, min_keys=FP8_MIN_KEYS)
 
 
 @triton.jit(do_not_specialize=["num_splits", "window"])

@@ -1,6 +1,6 @@
 """How fast can decode attention read its cache? The read floor of each layout, against SDPA.
 
-    PYTHONPATH=. python scripts/decode_limits.py            # GPU: ~1 min; docs/decode_limits_<gpu>.{json,md,png}
+    PYTHONPATH=. python scripts/decode_limits.py            # GPU: ~1 min; out/decode_limits/decode_limits_<gpu>.*
     PYTHONPATH=. python scripts/decode_limits.py --quick    # CPU: the read kernel checked, nothing timed
 
 Issue 18 asks decode attention to reach SDPA, and issue 19 the e4m3 cache to be 1.7x faster than
@@ -14,11 +14,13 @@ and one of V per step) and only sums their bytes, on tensor cores. Three layouts
 * paged, head-major: [num_blocks, H_kv, 16, D] (a block's rows of one head are one 4 KB run);
 * dense: SDPA's [B, H_kv, T, D], one block per sequence (the same kernel, block size = T).
 
-and, per shape, the attention kernels on the paged cache (the engine's choice of splits, PDL where
-the GPU has it) and SDPA on the dense copy. Then the e4m3 cache of stage 9 read the same way: the
-bf16 kernel's time over the e4m3 read floor bounds the speed-up that the bytes allow.
-Every kernel time is GPU time from a CUDA graph with L2 flushed (scripts/kernel_bench.py). The
-read kernel is first checked against torch (word sums, exact) on a small batch.
+and, per shape, the engine's decode attention (its choice of splits and tiles, PDL where the GPU
+has it) on the paged cache and on the same K/V held as one block per sequence (token-major, and
+head-major with SDPA's strides: what paging costs the same kernel), and SDPA on the dense copy.
+Then stage 9's e4m3 cache, read the same way: the bf16 kernel's time over the e4m3 read time is a
+speed-up the bytes allow (at least: the read kernel is not tuned). Every kernel time is GPU time
+from a CUDA graph with L2 flushed (scripts/kernel_bench.py). The read kernel is first checked
+against torch (exact byte sums) on a small batch.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ import time
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="docs", help="folder for decode_limits_<gpu>.{json,md,png}")
+    p.add_argument("--out", default="out/decode_limits", help="folder for decode_limits_<gpu>.{json,md,png}")
     p.add_argument("--quick", action="store_true", help="only the check (CPU: the interpreter; nothing timed)")
     return p.parse_args(argv)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import triton
 
 import scripts.bench_attention as ba
 from l3_paged.kernel_config import pick_config
@@ -15,40 +16,59 @@ from scripts.decode_limits import BS, D, FP8_SHAPES, H_KV, H_Q, SHAPES
 from scripts.kernel_bench import Bench, graph_ms, try_graph_ms
 
 
-def _block_n(B, splits, dtype):
+NAMES = ("attention", "attention_one_block", "attention_one_block_head_major", "sdpa", "read_paged",
+         "read_head_major", "read_dense")
+
+
+def _block_n(B, ctx, splits, dtype):
+    """The key tile the attention kernel takes for this decode (the engine's pickers)."""
+    g_pad = triton.next_power_of_2(H_Q // H_KV)
     if splits > 1:
-        return split_config(B, 4, 128, dtype).block_n
-    return pick_config(1, B, B, 4, 128, dtype).block_n
+        return split_config(B, g_pad, 128, dtype, triton.cdiv(ctx, splits)).block_n
+    return pick_config(1, B, B, g_pad, 128, dtype).block_n
+
+
+def _attention_times(args, ctx, pdl, one):
+    """The engine's decode attention on the paged cache, then on the same K/V held as one block per
+    sequence (``one``: token-major contiguous, and head-major with SDPA's strides): same kernel, tiles."""
+    q, k, v, cu, lens, table = args
+    run = lambda kc, vc, t: graph_ms(lambda: paged_attention_split(  # noqa: E731
+        q, kc, vc, cu, lens, t, max_seqlen_q=1, max_seqlen_kv=ctx, pdl=pdl, check=False))
+    (ktm, vtm), (khm, vhm), ids = one
+    return dict(attention=run(k, v, table), attention_one_block=run(ktm, vtm, ids),
+                attention_one_block_head_major=run(khm, vhm, ids))
 
 
 def run(read) -> dict:
     bench, dev = Bench(), torch.device("cuda", torch.cuda.current_device())
     sms, pdl = _num_sms(dev), pdl_supported(dev)
-    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                copy_GBps=bench.copy_gbps, heads=dict(H_q=H_Q, H_kv=H_KV, D=D, block=BS), pdl=pdl, rows=[], fp8=[])
     attn_ms = {}
     for B, ctx in SHAPES:
         args = make_paged_batch([1] * B, [ctx] * B, H_Q, H_KV, D, BS, torch.bfloat16, "cuda", spare_blocks=0)
         _, k, v, _, lens, table = args
         splits = pick_num_splits(B, H_KV, ctx, sms)
-        bn = _block_n(B, splits, torch.bfloat16)
+        bn = _block_n(B, ctx, splits, torch.bfloat16)
         kd, vd = ba.dense_kv(args, ctx)                                   # [B, H_kv, ctx, D]
         km, vm = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        ids = torch.arange(B, device="cuda", dtype=torch.int32)[:, None]
+        khm, vhm = kd.permute(0, 2, 1, 3), vd.permute(0, 2, 1, 3)         # [B, ctx, H_kv, D] views of SDPA's layout
+        one = ((khm.contiguous(), vhm.contiguous()), (khm, vhm), ids)
         qd = args[0].view(B, H_Q, 1, D)
         nbytes = 2 * B * ctx * H_KV * D * 2
-        t = dict(attention=graph_ms(lambda: paged_attention_split(*args, max_seqlen_q=1, max_seqlen_kv=ctx, pdl=pdl)),
-                 sdpa=try_graph_ms(lambda: ba.sdpa(qd, kd, vd, False)),
+        t = _attention_times(args, ctx, pdl, one)
+        t.update(sdpa=try_graph_ms(lambda: ba.sdpa(qd, kd, vd, False)),
                  read_paged=graph_ms(lambda: read(k, v, table, lens, splits, bn)),
                  read_head_major=graph_ms(lambda: read(km, vm, table, lens, splits, bn, head_major=True)),
-                 read_dense=graph_ms(lambda: read(kd, vd, torch.arange(B, device="cuda", dtype=torch.int32)[:, None],
-                                                  lens, splits, bn, dense=True)))
+                 read_dense=graph_ms(lambda: read(kd, vd, ids, lens, splits, bn, dense=True)))
         attn_ms[(B, ctx)] = t["attention"]
         row = dict(B=B, ctx=ctx, splits=splits, block_n=bn, bytes=nbytes, us={n: ms * 1e3 for n, ms in t.items()},
                    pct_copy={n: bench.pct(nbytes, ms) for n, ms in t.items()})
         res["rows"].append(row)
         print(f"  {B} x {ctx}: " + ", ".join(f"{n} {ms * 1e3:.1f} us ({bench.pct(nbytes, ms):.0f}%)"
                                              for n, ms in t.items()), flush=True)
-        del args, k, v, kd, vd, km, vm
+        del args, k, v, kd, vd, km, vm, one, khm, vhm
         torch.cuda.empty_cache()
     for B, ctx in FP8_SHAPES:
         base = make_paged_batch([1] * B, [ctx] * B, H_Q, H_KV, D, BS, torch.bfloat16, "cuda", spare_blocks=0)
@@ -64,26 +84,27 @@ def run(read) -> dict:
                    bf16_us=bf * 1e3, speedup=bf / t8, bound=bf / r8, fp8_pct=bench.pct(nbytes, t8),
                    read_pct=bench.pct(nbytes, r8))
         res["fp8"].append(row)
-        print(f"  e4m3 {B} x {ctx}: attention {t8 * 1e3:.1f} us ({bf / t8:.2f}x bf16), read floor {r8 * 1e3:.1f} us "
-              f"(bf16 / floor {bf / r8:.2f}x)", flush=True)
+        print(f"  e4m3 {B} x {ctx}: attention {t8 * 1e3:.1f} us ({bf / t8:.2f}x bf16), "
+              f"read floor {r8 * 1e3:.1f} us (bf16 / floor {bf / r8:.2f}x)", flush=True)
         del base, fa
         torch.cuda.empty_cache()
     return res
 
 
 def table(r) -> str:
-    head = (f"{r['device']}, torch {r['torch']}, triton {r['triton']}; H_q {r['heads']['H_q']}, H_kv {r['heads']['H_kv']}, "
-            f"D {r['heads']['D']}, block {r['heads']['block']}, bf16; copy {r['copy_GBps']:.0f} GB/s; PDL {r['pdl']}; "
+    h = r["heads"]
+    head = (f"{r['device']}, torch {r['torch']}, triton {r['triton']}; H_q {h['H_q']}, H_kv {h['H_kv']}, "
+            f"D {h['D']}, block {h['block']}, bf16; copy {r['copy_GBps']:.0f} GB/s; PDL {r['pdl']}; "
             "µs from CUDA graphs, L2 flushed (% of copy bandwidth)\n\n"
-            "| B x ctx | splits | attention (engine) | SDPA (dense) | read: paged | read: paged head-major | read: dense |\n"
-            "|---|---:|---:|---:|---:|---:|---:|")
+            "| B x ctx | splits | key tile | attention (engine) | same, K/V one block a sequence | same, one block "
+            "head-major | SDPA (dense) | read: paged | read: paged head-major | read: dense |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for x in r["rows"]:
-        cells = [f"{x['us'][n]:.1f} ({x['pct_copy'][n]:.0f}%)"
-                 for n in ("attention", "sdpa", "read_paged", "read_head_major", "read_dense")]
-        lines.append(f"| {x['B']} x {x['ctx']} | {x['splits']} | " + " | ".join(cells) + " |")
-    lines += ["", "| e4m3 cache, B x ctx | splits | e4m3 attention | its speed-up over bf16 | e4m3 read floor | "
-              "bf16 attention / e4m3 read floor |", "|---|---:|---:|---:|---:|---:|"]
+        cells = [f"{x['us'][n]:.1f} ({x['pct_copy'][n]:.0f}%)" for n in NAMES]
+        lines.append(f"| {x['B']} x {x['ctx']} | {x['splits']} | {x['block_n']} | " + " | ".join(cells) + " |")
+    lines += ["", "| e4m3 cache, B x ctx | splits | e4m3 attention | its speed-up over bf16 | e4m3 read floor "
+              "| bf16 attention / e4m3 read floor |", "|---|---:|---:|---:|---:|---:|"]
     for x in r["fp8"]:
         lines.append(f"| {x['B']} x {x['ctx']} | {x['splits']} | {x['fp8_us']:.1f} ({x['fp8_pct']:.0f}%) | "
                      f"{x['speedup']:.2f}x | {x['read_us']:.1f} ({x['read_pct']:.0f}%) | {x['bound']:.2f}x |")
@@ -95,12 +116,12 @@ def plot(r, path) -> None:
     plt = pyplot()
     if plt is None:
         return
-    names = ("attention", "sdpa", "read_paged", "read_head_major", "read_dense")
-    fig, ax = plt.subplots(figsize=(10, 4))
-    w = 0.16
+    names = NAMES
+    fig, ax = plt.subplots(figsize=(11, 4))
+    w = 0.12
     for i, n in enumerate(names):
         ax.bar([j + i * w for j in range(len(r["rows"]))], [x["pct_copy"][n] for x in r["rows"]], w, label=n)
-    ax.set_xticks([j + 2 * w for j in range(len(r["rows"]))], [f"{x['B']}x{x['ctx']}" for x in r["rows"]])
+    ax.set_xticks([j + 3 * w for j in range(len(r["rows"]))], [f"{x['B']}x{x['ctx']}" for x in r["rows"]])
     ax.set_ylabel("% of copy bandwidth")
     ax.set_title(f"decode attention and the read floor of each layout, {r['device']}")
     ax.legend(fontsize=7)

@@ -304,26 +304,6 @@ def test_l7_pick_num_splits_from_host_ints():
     assert pick_num_splits(64, 8, 4096, sms) == 1                      # 512 programs: already full
     assert pick_num_splits(1, 8, 127, sms) == 1                        # too few keys to share (< 2 x 64)
     assert pick_num_splits(1, 8, 32768, sms) <= 32768 // attention_split.MIN_KEYS_PER_SPLIT
-    for b, ctx in ((1, 4096), (1, 32768), (2, 8192), (8, 8192), (16, 8192)):   # powers of two cut pow-2 contexts evenly
-        n = pick_num_splits(b, 8, ctx, sms)
-        assert n & (n - 1) == 0 and b * 8 * n >= attention_split.WAVES * sms, (b, ctx, n)
-
-
-def test_l7_split_tile_on_the_interpreter_is_stage3s_whatever_the_split_length():
-    """The interpreter's tile is one fixed tile (pick_config): a split's length must not change it."""
-    from l7_fast.attention_split import split_config
-    if DEVICE != "cpu":
-        pytest.skip("the interpreter's tile (a CPU test)")
-    assert split_config(1, 4, 128, BF16, 64) == split_config(1, 4, 128, BF16, 10 ** 6) == split_config(1, 4, 128, BF16)
-
-
-@pytest.mark.gpu
-def test_l7_split_tile_takes_32_key_steps_only_for_short_splits():
-    """split_config on a GPU: 32-key steps where a split holds at most SHORT_SPLIT keys (the H100
-    sweep in its docstring), 64 otherwise and without a bound."""
-    from l7_fast.attention_split import SHORT_SPLIT, split_config
-    assert split_config(1, 4, 128, BF16, 64).block_n == split_config(1, 4, 128, BF16, SHORT_SPLIT).block_n == 32
-    assert split_config(1, 4, 128, BF16, SHORT_SPLIT + 1).block_n == split_config(1, 4, 128, BF16).block_n == 64
 
 
 def test_l7_split_kv_rejects_a_bad_split_count():
@@ -336,6 +316,6 @@ def test_the_kernel_script_checks_each_kernel_and_fails_on_a_planted_bug(monkeyp
     """scripts/bench_l7_kernels.py (the kernels' check-then-time script): its check is real."""
     import bench_l7_kernels as script
     assert script.main(["--kernel", "act"]) == 0
-    monkeypatch.setattr(script, "silu_mul", lambda x: silu_mul_ref(x) * 1.01)
+    monkeypatch.setattr(script, "silu_mul", lambda x, out=None: silu_mul_ref(x) * 1.01)   # (the GPU timing passes out=)
     assert script.main(["--kernel", "act"]) == 1
     assert "checks: FAIL in act" in capsys.readouterr().out

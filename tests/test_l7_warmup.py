@@ -165,10 +165,10 @@ def test_l7_start_up_plan_lists_each_choice_once_with_a_shape_that_makes_it(star
     shapes = plan(started[0].llm_engine.runner)
     assert len({s.choice for s in shapes}) == len(shapes)
     # By pick_config's rules for G_PAD 2 (8-token minimum tile), a 64-token budget, 8 sequences and
-    # 512-token contexts on the CPU's 16 "SMs": decode split in 2 (buckets 1-4) or whole (8), prefill
+    # 512-token contexts on the CPU's 16 "SMs": decode split in 8 (buckets 1-4) or whole (8), prefill
     # tiles of 16, 32 and 64 tokens (9-16, 17-32, 33-64; up to 8 tokens is the decode tile), and
     # mixed tiles of 16 and 32 tokens. By FusedOps.gemv_tile: steps of 1 and 2 tokens take the GEMV
-    # (BLOCK_M 1, 2), more take cuBLAS: buckets 1, 2 and 4 (all split in 2) are three shapes, and a
+    # (BLOCK_M 1, 2), more take cuBLAS: buckets 1, 2 and 4 (all split in 8) are three shapes, and a
     # 2-token prefill (the decode tile, BLOCK_M 2) a fourth beside bucket 8.
     assert sorted(s.label() for s in shapes) == sorted(
         ["decode S=1 max_q=1", "decode S=2 max_q=1", "decode S=4 max_q=1", "decode S=8 max_q=1",
