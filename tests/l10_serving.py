@@ -14,7 +14,11 @@ def running_server(model: str = "tiny-qwen3", *, max_pending: int = 1024, **llm_
     from l10_server.serve import impl_options, make_server, running_in_thread
     cuda = torch.cuda.is_available()
     kw = dict(impl_options("cuda" if cuda else "cpu"), **(dict(num_gpu_blocks_override=512) if cuda else {}))
-    server = make_server(model, {**kw, **llm_kw}, model, max_pending=max_pending)
+    # log_level "critical": uvicorn does not format a failing request's traceback in the server's
+    # thread. On CPython 3.11 (<= 3.11.7 here) two threads formatting tracebacks at once can raise
+    # "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905) inside pytest's
+    # own report of a failed test: an INTERNALERROR instead of a failure (seen with lesson 10's stub).
+    server = make_server(model, {**kw, **llm_kw}, model, max_pending=max_pending, log_level="critical")
     with running_in_thread(server) as base:
         yield base, server
 
