@@ -89,18 +89,15 @@ def as_bytes(cache: torch.Tensor) -> torch.Tensor:
     return cache.contiguous().view(torch.int8)
 
 
-def read(k, v, table, kv_lens, num_splits, block_n, head_major=False, dense=False):
-    """Launch ``_read_kernel``. k/v: the paged cache [nb, bs, H, D] (head_major: [nb, H, bs, D]) or,
-    dense, [B, H, T, D]. Returns the per-program byte sums [S, H, num_splits, block_n]."""
+def read(k, v, table, kv_lens, num_splits, block_n, head_major=False):
+    """Launch ``_read_kernel``. k/v: the paged cache [nb, bs, H, D], or head-major [nb, H, bs, D]
+    (SDPA's dense [B, H, T, D] is that with one block per sequence and table = arange(B)[:, None]).
+    Returns the per-program byte sums [S, H, num_splits, block_n]."""
     kw, vw = as_bytes(k), as_bytes(v)
-    S, H, W = kv_lens.shape[0], (kw.shape[1] if dense or head_major else kw.shape[2]), kw.shape[-1]
+    S, H, W = kv_lens.shape[0], (kw.shape[1] if head_major else kw.shape[2]), kw.shape[-1]
     out = torch.empty(S, H, num_splits, block_n, dtype=torch.int32, device=k.device)
-    if dense:                       # one "block" per sequence: block b holds sequence b, head-major inside
-        bs, sb, ss, sh = kw.shape[2], kw.stride(0), kw.stride(2), kw.stride(1)
-    elif head_major:
-        bs, sb, ss, sh = kw.shape[2], kw.stride(0), kw.stride(2), kw.stride(1)
-    else:
-        bs, sb, ss, sh = kw.shape[1], kw.stride(0), kw.stride(1), kw.stride(2)
+    tok, head = (2, 1) if head_major else (1, 2)                   # the token and head axes
+    bs, sb, ss, sh = kw.shape[tok], kw.stride(0), kw.stride(tok), kw.stride(head)
     _read_kernel[(H, num_splits, S)](kw, vw, table, kv_lens, out, num_splits, sb, ss, sh, table.stride(0),
                                      BLOCK_SIZE=bs, BYTES=W, BLOCK_N=block_n, num_warps=4, num_stages=2)
     return out
@@ -124,18 +121,30 @@ def read_ref(k, v, table, kv_lens, num_splits, block_n):
     return out.to(torch.int32)
 
 
+def dense(c, table, kv_lens) -> torch.Tensor:
+    """Paged c [nb, bs, H, D] as SDPA's dense [S, H, T, D] (T: the longest sequence; zeros past each)."""
+    T, bs = int(kv_lens.max()), c.shape[1]
+    out = torch.zeros(len(kv_lens), c.shape[2], T, c.shape[3], dtype=c.dtype, device=c.device)
+    for s, n in enumerate(kv_lens.tolist()):
+        j = torch.arange(n, device=c.device)
+        out[s, :, :n] = c[table[s, j // bs].long(), j % bs].transpose(0, 1)
+    return out
+
+
 def check(device) -> bool:
     """The read kernel against torch on a small uneven batch, every layout (False on a mismatch)."""
     args = make_paged_batch([1] * 3, [100, 37, 300], 4, 2, 32, BS, torch.float16, device)
     _, k, v, _, kv_lens, table = args
+    ids = torch.arange(3, device=device, dtype=torch.int32)[:, None]
     ok = True
     for splits in (1, 3):
         want = read_ref(k, v, table, kv_lens, splits, 32)
         got = read(k, v, table, kv_lens, splits, 32)
         hm = read(k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous(), table, kv_lens, splits, 32,
                   head_major=True)
-        same = torch.equal(got, want) and torch.equal(hm, want)
-        print(f"check read kernel, {splits} split(s): token-major and head-major sums "
+        dn = read(dense(k, table, kv_lens), dense(v, table, kv_lens), ids, kv_lens, splits, 32, head_major=True)
+        same = torch.equal(got, want) and torch.equal(hm, want) and torch.equal(dn, want)
+        print(f"check read kernel, {splits} split(s): token-major, head-major and dense sums "
               f"{'equal torch' if same else 'DIFFER from torch: FAIL'}")
         ok &= same
     return ok

@@ -61,7 +61,7 @@ def run(read) -> dict:
         t.update(sdpa=try_graph_ms(lambda: ba.sdpa(qd, kd, vd, False)),
                  read_paged=graph_ms(lambda: read(k, v, table, lens, splits, bn)),
                  read_head_major=graph_ms(lambda: read(km, vm, table, lens, splits, bn, head_major=True)),
-                 read_dense=graph_ms(lambda: read(kd, vd, ids, lens, splits, bn, dense=True)))
+                 read_dense=graph_ms(lambda: read(kd, vd, ids, lens, splits, bn, head_major=True)))
         attn_ms[(B, ctx)] = t["attention"]
         row = dict(B=B, ctx=ctx, splits=splits, block_n=bn, bytes=nbytes, us={n: ms * 1e3 for n, ms in t.items()},
                    pct_copy={n: bench.pct(nbytes, ms) for n, ms in t.items()})
