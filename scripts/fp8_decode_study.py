@@ -17,6 +17,8 @@ kernel written five ways, on one GPU in one run, to find which part of the e4m3 
     V via registers as shipped, but V's tile is made a register tensor before its dot (a select),
                     so Triton does not feed the byte-wide tile to the dot from shared memory
     keys as rows    the dots swapped (s^T = K q^T, acc^T = V^T p^T): the key tile is the MMA's M
+    fp8 MMA: ...    e4m3 fed to fp8 wgmma without conversion, for q K^T, p V or both, q and p
+                    rounded to e4m3 as hi + lo (fp8_mma_variants.py), and its fp16 control
 
 and the shipped kernel on a cache laid out head-major in memory ([block, head, token, D] strides
 instead of [block, token, head, D]: each (block, head) one contiguous run). Every variant is the
@@ -61,11 +63,13 @@ from l3_paged.paged_batch import make_paged_batch  # noqa: E402
 from l7_fast.attention_split import paged_attention_split  # noqa: E402
 from l9_fp8_kv import fp8_attention_ref, paged_attention_fp8_split  # noqa: E402
 from l9_fp8_kv.attention import quantize_batch  # noqa: E402
+from fp8_mma_variants import MMA_VARIANTS, mma_variant  # noqa: E402
 
 LOG2E = 1.4426950408889634
 BF16, CONVERT, E4M3_DOTS, V_REGISTERS = 0, 1, 2, 3          # the modes of _study_kernel
 VARIANTS = [("bf16", BF16, 64), ("bf16", BF16, 128), ("e4m3 -> fp16", CONVERT, 128),
-            ("e4m3 dots", E4M3_DOTS, 128), ("V via registers", V_REGISTERS, 128), ("keys as rows", None, 128)]
+            ("e4m3 dots", E4M3_DOTS, 128), ("V via registers", V_REGISTERS, 128), ("keys as rows", None, 128)] \
+    + MMA_VARIANTS                                           # fp8_mma_variants.py: e4m3 into wgmma
 
 
 @triton.jit
@@ -150,6 +154,8 @@ def study(mode, q, kc, vc, lens, table, block_n, scale=1.0):
             kc.stride(1), kc.stride(2), table.stride(0))
     meta = dict(BS=kc.shape[1], G=H_q // H_kv, ROWS=max(16, triton.next_power_of_2(H_q // H_kv)), D=D, BLOCK_N=block_n,
                 num_warps=4, num_stages=2)
+    if isinstance(mode, tuple):
+        return mma_variant(*mode, q, kc, vc, lens, table, block_n)
     if mode is None:
         compiled = _keys_as_rows_kernel[(H_kv, S)](*args, **meta)
     else:
