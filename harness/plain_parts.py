@@ -1,5 +1,5 @@
-"""The engine's parts written plainly, without their cheap branches: the oracle of tests/test_l7_host.py and the
-baseline of `measure_wall.py --lesson 7`.
+"""The engine's parts written plainly, without their cheap branches: the oracle of tests/test_l7_host.py and
+tests/test_l7_host_engine.py, and the baseline of `measure_wall.py --lesson 7`.
 
 Every owner of a decision has a cheap branch for the common step (lesson 7.6). These are the same
 parts with the branch taken out, so each asks the general question every time:
