@@ -148,13 +148,76 @@ def _quiet(fn):
         os.close(null)
 
 
+WS_CONFIGS = ((False, 4, 2), (True, 4, 2), (True, 8, 2), (True, 4, 3), (True, 8, 3))   # (warp spec., warps, stages)
+
+
+def _measure(fp8, base, ctx, nb):
+    """Rows: the two peers, then each variant x WS_CONFIGS (checked, timed; a compile failure is a row)."""
+    from bench_common import timed
+    from l7_fast.attention_split import paged_attention_split
+    from l9_fp8_kv import fp8_attention_ref, paged_attention_fp8_split
+    q, kc, vc, _, _, _, lens, table = fp8
+    ref = fp8_attention_ref(*fp8, window=None).float()
+    peers = {"shipped e4m3": lambda: paged_attention_fp8_split(*fp8, max_seqlen_q=1, num_splits=1),
+             "stage 7 bf16": lambda: paged_attention_split(*base, max_seqlen_q=1, max_seqlen_kv=ctx, num_splits=1)}
+    rows = [dict(variant=k, us=timed("cuda", f) * 1e3, bytes=nb * (2 if "bf16" in k else 1)) for k, f in peers.items()]
+    for label, (qk8, pv8), bn in MMA_VARIANTS:
+        for ws, warps, stages in WS_CONFIGS:
+            row = dict(variant=label, ws=ws, warps=warps, stages=stages, bytes=nb)
+            run = lambda: mma_variant(qk8, pv8, q, kc, vc, lens, table, bn, ws, warps, stages)  # noqa: E731
+            try:
+                out, c = _quiet(run)
+            except Exception as e:                                       # noqa: BLE001 (a compile failure is a result)
+                row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            else:
+                row.update(err=(out.float() - ref).abs().max().item(), regs=c.n_regs, us=timed("cuda", run) * 1e3)
+            rows.append(row)
+    return rows
+
+
+def _table(rows, bw, title) -> tuple[list[str], int]:
+    """The markdown table (with % of copy bandwidth and x the shipped kernel) and the count of wrong rows."""
+    md = [title, "", "| variant | warp spec. | warps | stages | us | % of copy | x shipped e4m3 | max err | regs |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    bad, shipped = 0, rows[0]["us"]
+    for r in rows:
+        if "error" in r:
+            md.append(f"| {r['variant']} | {'on' if r['ws'] else 'off'} | {r['warps']} | {r['stages']} | "
+                      f"fails to compile: {r['error']} | | | | |")
+            continue
+        r["copy_frac"] = r["bytes"] / r["us"] / 1e3 / bw
+        if "err" not in r:
+            md.append(f"| {r['variant']} (peer) | | | | {r['us']:.1f} | {r['copy_frac']:.0%} | {shipped / r['us']:.2f} | | |")
+            continue
+        wrong = r["err"] > 5e-3
+        bad += wrong
+        md.append(f"| {r['variant']} | {'on' if r['ws'] else 'off'} | {r['warps']} | {r['stages']} | {r['us']:.1f} | "
+                  f"{r['copy_frac']:.0%} | {shipped / r['us']:.2f} | {r['err']:.1e}{' WRONG' if wrong else ''} | "
+                  f"{r['regs']} |")
+    return md, bad
+
+
+def _plot(rows, out, title) -> None:
+    from bench_common import pyplot
+    plt = pyplot()
+    if plt is None:
+        return
+    ok = [r for r in rows if "us" in r]
+    fig, ax = plt.subplots(figsize=(10, 0.3 * len(ok) + 1.5))
+    ax.barh(range(len(ok)), [r["copy_frac"] * 100 for r in ok])
+    ax.set_yticks(range(len(ok)), [r["variant"] + (f", ws {'on' if r['ws'] else 'off'} {r['warps']}w {r['stages']}s"
+                                                  if "ws" in r else "") for r in ok], fontsize=7)
+    ax.set_xlabel("% of copy bandwidth (bytes read / time)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "fp8_mma_ws.png"), dpi=120)
+
+
 def main(argv=None) -> int:
     """The variants with and without Triton's warp specialisation, 64 x 4,096 (GPU only)."""
     import argparse
-    from bench_common import ceilings, pyplot, timed
+    from bench_common import ceilings
     from l3_paged.paged_batch import make_paged_batch
-    from l7_fast.attention_split import paged_attention_split
-    from l9_fp8_kv import fp8_attention_ref, paged_attention_fp8_split
     from l9_fp8_kv.attention import quantize_batch
     ap = argparse.ArgumentParser(description="fp8 MMA decode variants x warp specialisation (GPU)")
     ap.add_argument("--out", default="out/fp8_mma_ws")
@@ -170,59 +233,15 @@ def main(argv=None) -> int:
     print(f"{name}; torch {torch.__version__}, triton {triton.__version__}; bf16 queries; B x ctx {B} x {ctx}; "
           f"H_q, H_kv, D, block {heads}; copy bandwidth {bw:.0f} GB/s", flush=True)
     base = make_paged_batch([1] * B, [ctx] * B, *heads, torch.bfloat16, "cuda", spare_blocks=0)
-    fp8 = quantize_batch(base, False)
-    q, kc, vc, _, _, _, lens, table = fp8
-    ref = fp8_attention_ref(*fp8, window=None).float()
-    nb = 2 * B * ctx * heads[1] * heads[2]                              # e4m3 bytes read
-    peers = {"shipped e4m3": lambda: paged_attention_fp8_split(*fp8, max_seqlen_q=1, num_splits=1),
-             "stage 7 bf16": lambda: paged_attention_split(*base, max_seqlen_q=1, max_seqlen_kv=ctx, num_splits=1)}
-    rows = [dict(variant=k, us=timed("cuda", f) * 1e3, bytes=nb * (2 if "bf16" in k else 1)) for k, f in peers.items()]
-    for label, (qk8, pv8), bn in MMA_VARIANTS:
-        for ws, warps, stages in ((False, 4, 2), (True, 4, 2), (True, 8, 2), (True, 4, 3), (True, 8, 3)):
-            row = dict(variant=label, ws=ws, warps=warps, stages=stages, bytes=nb)
-            try:
-                out, c = _quiet(lambda: mma_variant(qk8, pv8, q, kc, vc, lens, table, bn, ws, warps, stages))
-            except Exception as e:                                       # noqa: BLE001 (a compile failure is a result)
-                row.update(error=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                rows.append(row)
-                continue
-            row.update(err=(out.float() - ref).abs().max().item(), regs=c.n_regs,
-                       us=timed("cuda", lambda: mma_variant(qk8, pv8, q, kc, vc, lens, table, bn, ws, warps, stages)) * 1e3)
-            rows.append(row)
-    bad = 0
-    md = [f"# fp8 MMA decode variants x warp specialisation ({name}, {B} x {ctx})", "",
-          "| variant | warp spec. | warps | stages | us | % of copy | x shipped e4m3 | max err | regs |",
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    shipped = rows[0]["us"]
-    for r in rows:
-        if "error" in r:
-            md.append(f"| {r['variant']} | {'on' if r['ws'] else 'off'} | {r['warps']} | {r['stages']} | "
-                      f"fails to compile: {r['error']} | | | | |")
-            continue
-        r["copy_frac"] = r["bytes"] / r["us"] / 1e3 / bw
-        wrong = r.get("err", 0.0) > 5e-3
-        bad += wrong
-        md.append(f"| {r['variant']} | {('on' if r['ws'] else 'off') if 'ws' in r else ''} | {r.get('warps', '')} | "
-                  f"{r.get('stages', '')} | {r['us']:.1f} | {r['copy_frac']:.0%} | {shipped / r['us']:.2f} | "
-                  f"{r['err']:.1e}{' WRONG' if wrong else ''} | {r.get('regs', '')} |" if "err" in r else
-                  f"| {r['variant']} (peer) | | | | {r['us']:.1f} | {r['copy_frac']:.0%} | {shipped / r['us']:.2f} | | |")
+    rows = _measure(quantize_batch(base, False), base, ctx, 2 * B * ctx * heads[1] * heads[2])
+    md, bad = _table(rows, bw, f"# fp8 MMA decode variants x warp specialisation ({name}, {B} x {ctx})")
     print("\n".join(md), flush=True)
     with open(os.path.join(args.out, "fp8_mma_ws.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     with open(os.path.join(args.out, "fp8_mma_ws.json"), "w") as f:
         json.dump(dict(device=name, torch=torch.__version__, triton=triton.__version__, copy_gbs=bw, B=B, ctx=ctx,
                        heads=heads, rows=rows), f, indent=1)
-    plt = pyplot()
-    if plt is not None:
-        ok = [r for r in rows if "us" in r]
-        fig, ax = plt.subplots(figsize=(10, 0.3 * len(ok) + 1.5))
-        ax.barh(range(len(ok)), [r["copy_frac"] * 100 for r in ok])
-        ax.set_yticks(range(len(ok)), [f"{r['variant']}" + (f", ws {'on' if r['ws'] else 'off'} {r['warps']}w "
-                                       f"{r['stages']}s" if "ws" in r else "") for r in ok], fontsize=7)
-        ax.set_xlabel("% of copy bandwidth (bytes read / time)")
-        ax.set_title(f"e4m3 decode into fp8 MMAs, with and without warp specialisation; {name}, {B} x {ctx}")
-        fig.tight_layout()
-        fig.savefig(os.path.join(args.out, "fp8_mma_ws.png"), dpi=120)
+    _plot(rows, args.out, f"e4m3 decode into fp8 MMAs, with and without warp specialisation; {name}, {B} x {ctx}")
     fails = sum("error" in r for r in rows)
     print(f"{len(rows)} rows, {fails} failed to compile, {bad} wrong; {time.perf_counter() - t0:.0f} s; "
           f"wrote {args.out}/fp8_mma_ws.*")
