@@ -16,10 +16,21 @@ so the same rounding is done by hand and the dots run in float32: the CPU checks
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import time
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description="fp8 MMA decode variants x warp specialisation (GPU)")
+    ap.add_argument("--out", default="out/fp8_mma_ws")
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parse(sys.argv[1:])                         # a bad flag is refused before torch and triton load
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -215,13 +226,10 @@ def _plot(rows, out, title) -> None:
 
 def main(argv=None) -> int:
     """The variants with and without Triton's warp specialisation, 64 x 4,096 (GPU only)."""
-    import argparse
     from bench_common import ceilings
     from l3_paged.paged_batch import make_paged_batch
     from l9_fp8_kv.attention import quantize_batch
-    ap = argparse.ArgumentParser(description="fp8 MMA decode variants x warp specialisation (GPU)")
-    ap.add_argument("--out", default="out/fp8_mma_ws")
-    args = ap.parse_args(argv)
+    args = parse(argv if argv is not None else sys.argv[1:])
     if not torch.cuda.is_available():
         print("needs a GPU: warp specialisation is a pass of the CUDA compiler; the CPU check is "
               "`python scripts/fp8_decode_study.py --quick`")
