@@ -1,7 +1,7 @@
 """fp8_decode_study.py's fp8 tensor-core variants: e4m3 fed to wgmma, no conversion to fp16.
 
-Triton 3.6 on Hopper makes an fp8 MMA only when both operands are e4m3 and the MMA's M is a
-multiple of 64 (wgmma; the study's "e4m3 dots" at 16 query rows became fp16 ``mma.sync``). A
+In the study's runs Triton 3.6 on Hopper made fp8 MMAs only where both operands were e4m3 and the
+MMA's M a multiple of 64 (wgmma; its "e4m3 dots" at 16 query rows became fp16 ``mma.sync``). A
 decode tile has G (<= 16) query rows and 64-128 keys, so the key or head dimension must be M:
 
     QK8   s^T = K q^T      M = keys, N = query rows, K = D: the key tile as stored, already K-major
