@@ -5,7 +5,7 @@ Replace the stub below with your own ``dead_blocks``, then run
     python scripts/exercise.py l8
 
 which runs the project's tests with ``LESSONS_LEARNER=l8``: stage 8's KV manager then calls your
-function after every step of every windowed group (``l8_sliding_window/kv_manager.py``,
+function after every step of every windowed group (``l8_sliding_window/group_managers.py``,
 ``remove_skipped_blocks``, which frees the blocks you call dead) and at every prefix-cache lookup
 (``first_needed``: the blocks below are not taken).
 

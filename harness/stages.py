@@ -248,7 +248,7 @@ def _l11_engine(model, n_tokens):
 def _l11_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
     """Stage 6's workload; drafts must really have been verified, or the row tests nothing new."""
     gen = _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len)
-    if engine.speculator.verify_steps == 0:
+    if engine.step_order.speculator.verify_steps == 0:
         raise AssertionError("the l11 row verified no draft: it would not test speculative decoding")
     if next(engine.model.parameters()).device.type == "cuda" and not any(
             m.startswith("graph") and "x" in m for m in engine.runner.mode_log):

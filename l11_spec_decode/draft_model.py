@@ -33,7 +33,6 @@ class DraftSeq:
 
     def __init__(self, request_id: str):
         self.request_id, self.kv, self.ids = request_id, KVBlocks(request_id), []
-        self.pending = None                    # every token is on the host (the runner asks: async scheduling)
 
     @property
     def num_computed_tokens(self) -> int:

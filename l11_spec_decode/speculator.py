@@ -1,13 +1,13 @@
-"""The speculator: the engine part that proposes drafts after a step and verifies them in the next.
+"""The speculator: it proposes guesses after a step and verifies them in the next (step.py runs it).
 
     step N     ... tokens appended ...      propose(running): each decoding request gets up to k
-                                            guesses in ``req.spec_ids`` (the drafter's)
-    step N+1   scheduler                    the request runs 1 + k tokens: its last known token and
-                                            its k guesses, under the one token budget
+                                            guesses in ``drafts[request_id]`` (the drafter's)
+    step N+1   scheduler, then step.py      the request runs 1 + k tokens: its last known token and
+                                            its k guesses, in the budget the plan left
                runner                       ONE forward pass, logits at all 1 + k positions
-               verify(logits, reqs)         per request: the guesses the target agrees with, then
+               verify(logits, reqs, drafts) per request: the guesses the target agrees with, then
                                             one token of the target's own (below)
-               scheduler.advance            keeps the K/V of the tokens kept, refuses the rest
+               scheduler                    keeps the K/V of the tokens kept, refuses the rest
 
 Verification. Position j of a request is scored as if guesses 1..j were already its outputs (a
 stage 4 ``RowState`` whose output ids include them), so penalties, min_tokens and seeds see what
@@ -26,8 +26,8 @@ the same tokens as the same seed without speculation (the draws are used differe
 
 Uniform steps. A request always gets exactly k guesses (the drafter's, then its last token
 repeated: a filler is verified like any guess, and kept only if the target agrees), so a verify
-step has the same shape every time and replays one CUDA graph per batch bucket (stage 7's
-graphs.py, ``verify=(k + 1, disable_by_batch_size)``). Near its length limit a request gets
+step has the same shape every time and replays one CUDA graph per batch bucket (graphs.py:
+``VerifyGraphs``, with stage 7's capture). Near its length limit a request gets
 fewer; a step whose requests all verify the same smaller number replays that number's graph (one
 is captured for each of 1..k guesses), a step that mixes counts runs eagerly.
 
@@ -55,26 +55,27 @@ class Speculator:
                  seed: int | None = None):
         self.drafter, self.k, self.max_model_len = drafter, num_speculative_tokens, max_model_len
         self.disable_by_batch_size, self.seed = disable_by_batch_size, seed
+        self.drafts: dict[str, list[int]] = {}                   # request id -> its guesses for the next step
         self._shared: dict[str, torch.Generator] = {}            # unseeded rows' draws (as stage 4's Sampler)
         self.drafted = self.accepted = self.verify_steps = self.off_steps = self.filled = 0   # for people
 
     # ---- after a step: guesses for the next one -----------------------------------------------
     def propose(self, running) -> None:
-        self.drafter.retain({req.request_id for req in running})
+        ids = {req.request_id for req in running}
+        self.drafter.retain(ids)
+        self.drafts = {rid: d for rid, d in self.drafts.items() if rid in ids}   # preempted, finished: gone
         dec = [req for req in running if req.kv.cur_len == req.num_tokens - 1]   # it decodes next
         if not dec:
             return
         if len(dec) > self.disable_by_batch_size:
-            self.off_steps += 1                                  # a big batch: guesses would not pay,
-            for req in dec:                                      # and a leftover one (its request was not
-                if req.spec_ids:                                 # scheduled) would make the step eager
-                    req.spec_ids.clear()
+            self.off_steps += 1                                  # a big batch: guesses would not pay, and a
+            self.drafts.clear()                                  # leftover one would make the step eager
             return
         ks = [self._room(req) for req in dec]
         for req, k, d in zip(dec, ks, self.drafter.propose(dec, ks)):
             d = list(d[:k])
             fill = k - len(d)                                    # too few guesses: repeat the last token
-            req.spec_ids = d + [d[-1] if d else (req.output_ids or req.prompt_ids)[-1]] * fill
+            self.drafts[req.request_id] = d + [d[-1] if d else (req.output_ids or req.prompt_ids)[-1]] * fill
             self.filled += fill
 
     def _room(self, req) -> int:
@@ -84,23 +85,24 @@ class Speculator:
         return max(0, min(self.k, left - 1))
 
     # ---- the step: verify ---------------------------------------------------------------------
-    def verify(self, logits: torch.Tensor, reqs, sampler, argmax: torch.Tensor | None = None):
+    def verify(self, logits: torch.Tensor, reqs, drafts: list[list[int]], sampler, argmax: torch.Tensor | None = None):
         """logits [sum(1 + k_i), V] -> (new tokens per request, their TokenLogprobs or None, their logits
-        rows). ``argmax``: the rows' argmax, if the runner computed it (lesson 7's graphs do)."""
-        counts = [1 + len(req.spec_ids) for req in reqs]
+        rows). ``drafts[i]``: request i's guesses this step (maybe none); ``argmax``: the rows' argmax,
+        if the runner computed it (lesson 7's graphs do)."""
+        counts = [1 + len(d) for d in drafts]
         if logits.shape[0] != sum(counts):
             raise RuntimeError(f"the runner returned {logits.shape[0]} logits rows for {sum(counts)} verified positions: "
                                "it must score the last known token and every draft (lesson 11)")
-        rows = [req.row if j == 0 else RowState(req.params, req.prompt_ids, req.output_ids + req.spec_ids[:j],
+        rows = [req.row if j == 0 else RowState(req.params, req.prompt_ids, req.output_ids + d[:j],
                                                 req.row.eos_token_ids)
-                for req in reqs for j in range(len(req.spec_ids) + 1)]
+                for req, d in zip(reqs, drafts) for j in range(len(d) + 1)]
         so = sampler(logits, rows, argmax)                       # stage 4 at every position
         ids, starts = so.token_ids_list, [0, *itertools.accumulate(counts)][:-1]
-        sampled = [i for i, req in enumerate(reqs) if req.spec_ids and not req.params.greedy]
-        rejected = self._reject(logits, rows, reqs, sampled, starts) if sampled else {}
+        sampled = [i for i, req in enumerate(reqs) if drafts[i] and not req.params.greedy]
+        rejected = self._reject(logits, rows, reqs, drafts, sampled, starts) if sampled else {}
         new, where = [], []
         for i, req in enumerate(reqs):
-            d, s = req.spec_ids, starts[i]
+            d, s = drafts[i], starts[i]
             if i in rejected:
                 a, cand = rejected[i]
                 toks = d[:a] + [cand[a]]
@@ -115,10 +117,10 @@ class Speculator:
                 self.drafted, self.accepted, self.verify_steps = self.drafted + len(d), self.accepted + a, self.verify_steps + 1
         return new, self._logprobs(logits, rows, new, where, so), where
 
-    def _reject(self, logits, rows, reqs, sampled: list[int], starts: list[int]) -> dict:
+    def _reject(self, logits, rows, reqs, drafts, sampled: list[int], starts: list[int]) -> dict:
         """The acceptance rule for the sampling rows with drafts, in one batch padded to the longest:
         stage 4's processors on all their positions at once, then rejection.py."""
-        ns = [len(reqs[i].spec_ids) + 1 for i in sampled]
+        ns = [len(drafts[i]) + 1 for i in sampled]
         R, k, V, dev = len(sampled), max(ns) - 1, logits.shape[1], logits.device
         src = [starts[i] + j for i, n in zip(sampled, ns) for j in range(n)]       # logits rows
         dst = [r * (k + 1) + j for r, n in enumerate(ns) for j in range(n)]        # (request, position)
@@ -126,17 +128,17 @@ class Speculator:
         z = apply_penalties(apply_min_tokens(logits[src].to(torch.float32), sub), sub)
         p = torch.zeros(R * (k + 1), V, device=dev)
         p[torch.tensor(dst, device=dev)] = apply_top_k_top_p(apply_min_p(apply_temperature(z, sub), sub), sub).softmax(-1)
-        drafts = torch.zeros(R, k, dtype=torch.int64)
+        guesses = torch.zeros(R, k, dtype=torch.int64)
         valid = torch.zeros(R, k, dtype=torch.bool)
         for r, i in enumerate(sampled):
-            drafts[r, :ns[r] - 1] = torch.tensor(reqs[i].spec_ids)
+            guesses[r, :ns[r] - 1] = torch.tensor(drafts[i])
             valid[r, :ns[r] - 1] = True
         u = torch.rand(R, k, generator=self._generator("cpu"))
         e = torch.empty(R, k + 1, V, device=dev).exponential_(generator=self._generator(dev))
         for r, i in enumerate(sampled):
             if reqs[i].params.seed is not None:                  # its own streams, by absolute position
                 self._seeded_noise(reqs[i].params.seed, rows[starts[i]:starts[i] + ns[r]], u[r], e[r])
-        acc, cand = rejection_sample(p.view(R, k + 1, V), drafts.to(dev), None, u.to(dev), e, valid.to(dev))
+        acc, cand = rejection_sample(p.view(R, k + 1, V), guesses.to(dev), None, u.to(dev), e, valid.to(dev))
         return {i: (acc[r], cand[r]) for r, i in enumerate(sampled)}
 
     def _generator(self, device) -> torch.Generator:

@@ -38,9 +38,7 @@ class PagedKVCache(KVPool):
         return (num_blocks, block_size, h_kv, d)                 # [N, B, H_kv, D]: block-tensor
 
     def set_kv(self, layer, slot_mapping, k, v) -> None:
-        _, _, h_kv, d = self.K[layer].shape
-        self.K[layer].view(-1, h_kv, d)[slot_mapping] = k   # k [T, H_kv, D] -> T flat slots
-        self.V[layer].view(-1, h_kv, d)[slot_mapping] = v
+        set_kv_slots(self.K[layer], self.V[layer], slot_mapping, k, v)
 
     def attend(self, layer: int, q, k, v, meta: PagedMeta) -> torch.Tensor:
         self.set_kv(layer, meta.slot_mapping, k, v)
@@ -50,3 +48,10 @@ class PagedKVCache(KVPool):
         if self.impl == "torch":
             return paged_attention_ref(*args)                                  # [T, H_q, D]
         return paged_attention_triton(*args, max_seqlen_q=meta.max_seqlen_q)  # [T, H_q, D]
+
+
+def set_kv_slots(K, V, slot_mapping, k, v) -> None:
+    """Write k, v [T, H_kv, D] to T flat slots of one layer's block tensors [N, B, H_kv, D]."""
+    _, _, h_kv, d = K.shape
+    K.view(-1, h_kv, d)[slot_mapping] = k
+    V.view(-1, h_kv, d)[slot_mapping] = v

@@ -1,16 +1,16 @@
 """Stage 5: continuous batching. A scheduler picks, every step, which requests run and how many
 tokens each gets (one token budget, chunked prefill, preemption by recompute); the runner puts
 them through ONE forward pass with stage 3's metadata and stage 4's sampler. The engine loop is
-written here once; later stages give it other parts (``build_engine``)."""
-import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only machines before any kernel exists)
-from l4_sampler.params import SamplingParams
+written here once, and so is the assembler that gives it its parts (assemble.py): each later
+stage adds options and parts (its stage.py), never another loop."""
+from plumbing.lazy import exports
 
-from .engine import LLMEngine
-from .kv_manager import BlockManager
-from .llm import LLM, build_engine
-from .outputs import CompletionOutput, RequestOutput, StepOutput
-from .request import Request, RequestStatus
-from .scheduler import Scheduler, SchedulerOutput
-
-__all__ = ["LLM", "LLMEngine", "build_engine", "BlockManager", "SamplingParams", "RequestOutput", "CompletionOutput", "StepOutput",
-           "Request", "RequestStatus", "Scheduler", "SchedulerOutput"]
+__getattr__, __dir__, __all__ = exports(__name__, {
+    'l4_sampler.params': ('SamplingParams',),
+    '.stage': ('LLM', 'build_engine', 'STAGES'),
+    '.engine': ('LLMEngine',),
+    '.kv_manager': ('BlockManager',),
+    '.outputs': ('CompletionOutput', 'ModelRunnerOutput', 'RequestOutput', 'StepOutput'),
+    '.request': ('Request', 'RequestStatus'),
+    '.scheduler': ('Scheduler', 'SchedulerOutput'),
+})

@@ -1,30 +1,24 @@
 """The engine loop, written once: add requests, then ``step()`` until none is left.
 
-The engine is given its parts (vLLM v1: one engine core, one Scheduler, one model runner):
+The engine is given its parts (vLLM v1: one engine core, one Scheduler, one model runner), which
+the assembler picks from the configuration (assemble.py):
 
     scheduler   who runs this step and how many tokens each (scheduler.py), with the KV manager
                 it was given (kv_manager.py: stage 2's allocator; lesson 6: a prefix cache)
     runner      one forward pass for the scheduled tokens (runner.py; lesson 7: a faster one)
     sampler     stage 4's Sampler: one call for every row that samples
+    step        the order in which one step uses them (step.py); every order ends in the
+                scheduler's ``update_from_output``, the one path by which tokens join requests
 
-and runs the same loop whichever parts it has. One step:
+and runs the same loop whichever parts it has. Stage 5's step order:
 
     out    = scheduler.schedule()          which requests run, how many tokens each (host ints)
     ran    = runner.execute(out)           ONE forward pass: logits [S', V] for the rows that
                                            sample (decodes, last prefill chunks), and the metadata
     scheduler.advance(out)                 the new tokens' K/V are cached
     tokens = sampler(logits, rows)         ONE stage 4 sampler call, per-row SamplingParams
-    per sampled request: append the token, stop checks; a finished request frees its blocks now
-
-With a ``speculator`` (lesson 11) a decoding request also carries drafts, guessed next tokens that
-the same forward pass computes; the speculator samples at every one of them, keeps the guesses the
-model agrees with, and ``advance`` is told how many it refused. Without one nothing changes.
-With ``async_scheduling`` (lesson 7) the same work runs in another order, so the
-host's part of a step hides behind the GPU's (``_step_overlapped``).
-
-The stop checks ask a request's StopChecker only for a token that could end it (stage 4's
-pre-check: ``token in stop_ids or num_tokens >= stop_len``). Each stage's builder of the parts is
-``build_engine`` in its llm.py.
+    scheduler.update_from_output(...)      per sampled request: append, count, stop checks; a
+                                           finished request frees its blocks now
 
 ``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
 bad one fails alone with a UserError and the requests in flight never notice. A request with
@@ -40,27 +34,23 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 from l4_sampler.params import SamplingParams
-from l4_sampler.sampler import RowState, to_device
+from l4_sampler.sampler import RowState
 from l4_sampler.stops import StopChecker
 from plumbing.errors import UserError
 
 from .config import EngineConfig
 from .outputs import RequestOutput, StepOutput, StepStats, completion, step_stats
 from .request import Request, RequestStatus, prompt_token_ids
+from .step import PlainStep
 
 
 class LLMEngine:
-    def __init__(self, model, tokenizer, config: EngineConfig, *, scheduler, runner, sampler,
-                 speculator=None, keep_logits: bool = False, async_scheduling: bool = False):
-        if async_scheduling and speculator is not None:
-            raise UserError("async scheduling cannot run with speculative decoding (a draft needs the token "
-                            "before it): pass async_scheduling=False.")
+    def __init__(self, model, tokenizer, config: EngineConfig, *, scheduler, runner, sampler, step=None,
+                 keep_logits: bool = False):
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.scheduler, self.runner, self.sampler = scheduler, runner, sampler
-        self.speculator = speculator                # lesson 11: proposes drafts, verifies them
+        self.step_order = step if step is not None else PlainStep()   # step.py (a later stage may give another)
         self.keep_logits = keep_logits              # per-token logits kept on CPU (checks, not serving)
         self.requests: dict[str, Request] = {}
         self.groups: dict[str, list[str]] = {}      # a request with n > 1: its sequences' ids, by index
@@ -68,7 +58,6 @@ class LLMEngine:
         self.keep_stats = True                      # one StepStats per step (benchmarks, --trace)
         self._counter = 0
         self.last_meta = None
-        self.overlap, self._pending = async_scheduling, None   # lesson 7: the step order; a sampler call in flight
 
     # ---- requests in ------------------------------------------------------------------------
     def _decode(self, ids: list[int]) -> str:
@@ -163,126 +152,13 @@ class LLMEngine:
 
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[StepOutput]:
-        if self.overlap:
-            return self._step_overlapped()                   # lesson 7
-        sched = self.scheduler
-        out = sched.schedule()
-        if not out.scheduled:
-            raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
-        ran = self.runner.execute(out)                       # logits [S', V] float32, meta, argmax
-        self.last_meta = ran.meta                            # for --trace-meta and tests
-        running, waiting = len(sched.running), len(sched.waiting)   # before anyone finishes
-        sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        spec = self.speculator
-        if spec is not None and any([req.spec_ids for req in sampling]):
-            results, finished = self._verify(out, ran, sampling)         # lesson 11
-        else:
-            sched.advance(out)
-            so = self.sampler(ran.logits, [req.row for req in sampling], ran.argmax) if sampling else None
-            results, finished = self._stop_checks(self._take(sampling, so, ran.logits, False)) if so else ([], [])
-        if spec is not None:
-            spec.propose(sched.running)                      # guesses for the next step
+        """One step of the engine, in its step order; each request's progress in it."""
+        return self.step_order(self)
+
+    def record(self, out, running: int, waiting: int, sampled: int, finished: list[str]) -> None:
+        """A step order's record of the step it ran (--trace, benchmarks), if the engine keeps them."""
         if self.keep_stats:
-            self.stats.append(step_stats(self, out, running, waiting, len(sampling), finished))
-        return results
-
-    def _step_overlapped(self) -> list[StepOutput]:
-        """Lesson 7's order of the same work (vLLM's async scheduling): step n+1 is scheduled and
-        launched before the host waits for step n's tokens (the runner copies them into its inputs
-        on the device: ``fill_pending``), and their stop checks run while the GPU computes. A request
-        that stopped at step n computes one wasted token in step n+1 (its row is dropped); one that
-        ends by length is not scheduled again."""
-        sched, pend = self.scheduler, self._pending
-        out = sched.schedule()                               # step n+1, the GPU still on step n
-        if not out.scheduled:                                # the rest are finishing: the runner hears
-            if pend is None:                                 # of those that finished with the next step
-                raise RuntimeError("the scheduler scheduled nothing with requests waiting: this is a bug")
-            sched.finished_ids[:0] = out.finished_ids
-        ran = self.runner.execute(out) if out.scheduled else None   # launched: the GPU runs while...
-        so = pend[1].result() if pend is not None else None  # ...the host waits for step n's tokens,
-        self._pending = None                                 # (interrupted before here: still in flight)
-        got = self._take(pend[0], so, pend[2], True) if pend is not None else []
-        running, waiting = len(sched.running), len(sched.waiting)
-        sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]
-        if ran is not None:
-            self.last_meta = ran.meta
-            sched.advance(out)                               # (the cache hashes blocks: tokens known now)
-        results, finished = self._stop_checks(got)           # ...and checks them
-        live = [k for k, req in enumerate(sampling) if req.status == RequestStatus.RUNNING]
-        if live:
-            logits, argmax = ran.logits, ran.argmax
-            if len(live) < len(sampling):                    # a row whose request just stopped: dropped
-                idx = to_device(live, torch.int64, logits.device)   # (pinned: no wait for the GPU)
-                logits, argmax = logits[idx], None if argmax is None else argmax[idx]
-            reqs = [sampling[k] for k in live]
-            sampled = self.sampler.launch(logits, [req.row for req in reqs], argmax)
-            self._pending = (reqs, sampled, logits.clone() if self.keep_logits else None)   # (a graph's
-            for k, req in enumerate(reqs):                   # logits are overwritten by the next replay)
-                req.num_tokens += 1                          # counted now, appended by the next step
-                req.pending = (sampled.ids, k)
-        if self.keep_stats and out.scheduled:
-            self.stats.append(step_stats(self, out, running, waiting, len(live), finished))
-        return results
-
-    def _take(self, sampling: list[Request], so, logits, counted: bool) -> list[tuple[Request, int]]:
-        """Each sampled request's new token (and logprob); ``counted``: already in num_tokens."""
-        got = []
-        for i, (req, tok) in enumerate(zip(sampling, so.token_ids_list)):
-            if counted:
-                req.pending = None
-                if req.status == RequestStatus.FINISHED:     # aborted while its token was sampled
-                    continue
-            else:
-                req.num_tokens += 1
-            req.output_ids.append(tok)                       # Request.append_output, inlined (hot path;
-            if so.logprobs and so.logprobs[i] is not None:   # the RowState shares the list)
-                req.logprobs.append(so.logprobs[i])
-                req.cumulative_logprob += so.logprobs[i].logprob
-            if self.keep_logits:
-                req.logits.append(logits[i].cpu())
-            got.append((req, tok))
-        return got
-
-    def _stop_checks(self, got: list[tuple[Request, int]]) -> tuple[list[StepOutput], list[str]]:
-        results, finished = [], []
-        for req, tok in got:
-            stops, fin = req.stops, None
-            if tok in stops.stop_ids or req.num_tokens >= stops.stop_len:   # could it end here?
-                fin = stops.update(req.output_ids)
-                if fin is not None:
-                    self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
-                    finished.append(req.request_id)
-            results.append(StepOutput(req.request_id, [tok], fin is not None, fin and fin.finish_reason))
-        return results, finished
-
-    def _verify(self, out, ran, sampling: list[Request]) -> tuple[list[StepOutput], list[str]]:
-        """Lesson 11: the speculator turns each sampling row's logits into its new tokens (the drafts
-        the model agrees with, then one of its own); the scheduler keeps only those tokens' K/V."""
-        new, lps, rows = self.speculator.verify(ran.logits, sampling, self.sampler, ran.argmax)
-        it = iter(new)
-        self.scheduler.advance(out, [len(req.spec_ids) + 1 - len(next(it)) if s else 0
-                                     for (req, _), s in zip(out.scheduled, out.sample)])
-        results, finished = [], []
-        for i, req in enumerate(sampling):
-            req.spec_ids.clear()
-            fin, got, stops = None, [], req.stops
-            for j, tok in enumerate(new[i]):
-                req.output_ids.append(tok)
-                req.num_tokens += 1
-                got.append(tok)
-                if lps is not None and lps[i][j] is not None:
-                    req.logprobs.append(lps[i][j])
-                    req.cumulative_logprob += lps[i][j].logprob
-                if self.keep_logits:
-                    req.logits.append(ran.logits[rows[i][j]].cpu())
-                if tok in stops.stop_ids or req.num_tokens >= stops.stop_len:
-                    fin = stops.update(req.output_ids)
-                    if fin is not None:                      # the tokens after a stop are dropped
-                        self.scheduler.finish(req, fin.finish_reason, fin.stop_reason)
-                        finished.append(req.request_id)
-                        break
-            results.append(StepOutput(req.request_id, got, fin is not None, fin and fin.finish_reason))
-        return results, finished
+            self.stats.append(step_stats(self, out, running, waiting, sampled, finished))
 
     # ---- results out ------------------------------------------------------------------------
     def output(self, request_id: str) -> RequestOutput:

@@ -1,4 +1,4 @@
-"""``LLM``: vLLM's offline API on top of the engine, and ``build_engine``, which assembles it.
+"""``LLM``: vLLM's offline API on top of the engine, which the assembler builds (assemble.py).
 
     from l5_scheduler import LLM, SamplingParams
     llm = LLM("Qwen/Qwen3-0.6B")                       # or None: the built-in tiny Qwen3
@@ -10,102 +10,47 @@
 finished in. The lower level is ``llm.llm_engine``: ``add_request`` / ``step`` /
 ``has_unfinished_requests``.
 
-``LLM`` loads the checkpoint, sizes the engine (config.py), then calls a builder that gives the
-one engine loop its parts. Stage 5's builder:
-
-    kv        = BlockManager(num_blocks, block_size)                stage 2's allocator
-    scheduler = Scheduler(kv, max_num_batched_tokens, max_num_seqs)
-    runner    = ModelRunner(model, config)                          stage 3's metadata and kernel
-    sampler   = Sampler(seed)                                       stage 4
-    engine    = LLMEngine(model, tokenizer, config, scheduler=..., runner=..., sampler=...)
-
-A later stage writes a builder that passes its own parts to this one (``kv=``, ``runner=``) and
-gives it to ``LLM`` (``build_engine=``): ``from l6_prefix_cache import LLM`` is this class with
-stage 6's builder, never a subclass.
+``LLM(model, **options)`` checks every option against its declaration (options.py, and each later
+stage's own) before anything loads, loads the checkpoint, sizes the engine (config.py), then
+hands the rest to the assembler. Each stage exports its own ``LLM`` and ``build_engine``: the same
+two, over the stages up to it (``entry_points``); ``from l6_prefix_cache import LLM`` takes stage
+6's options too.
 """
 from __future__ import annotations
 
 import time
 
 from l4_sampler.params import SamplingParams
-from l4_sampler.sampler import Sampler
-from plumbing.cli import DTYPE_NAMES, check_device_dtype, dtype_name_of
+from plumbing.cli import check_device_dtype, dtype_name_of
 from plumbing.errors import UserError
 from plumbing.runtime import default_device, default_dtype
 from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
 
+from . import assemble
 from .config import make_config
 from .engine import LLMEngine
-from .kv_manager import BlockManager
 from .outputs import RequestOutput
-from .runner import ModelRunner
-from .scheduler import Scheduler
+
+SIZES = ("block_size", "num_gpu_blocks_override", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+         "gpu_memory_utilization")
 
 
-def build_engine(model, tokenizer, config, *, kv=None, runner=None, wrap=None, seed: int | None = None,
-                 impl: str = "triton", check: bool = False, keep_logits: bool = False,
-                 speculator=None, async_scheduling: bool = False) -> LLMEngine:
-    """The one engine with stage 5's parts, or with the ``kv`` manager, ``runner`` and ``speculator``
-    (lesson 11) a later stage passes; ``async_scheduling``: the engine's overlapped step order (lesson 7). ``wrap(name, part)``, if given, may put a wrapper with the same methods around each part
-    before the loop gets it ("scheduler", "runner", "sampler"; lesson 7's profiler times them so)."""
-    kv = kv if kv is not None else BlockManager(config.num_blocks, config.block_size)
-    runner = runner if runner is not None else ModelRunner(model, config, impl=impl, check=check)
-    parts = dict(scheduler=Scheduler(kv, config.max_num_batched_tokens, config.max_num_seqs), runner=runner,
-                 sampler=Sampler(seed))
-    if wrap is not None:
-        parts = {name: wrap(name, part) for name, part in parts.items()}
-    return LLMEngine(model, tokenizer, config, **parts, speculator=speculator, keep_logits=keep_logits,
-                     async_scheduling=async_scheduling)
-
-
-def _dtype_name(dtype, device) -> str:
-    if dtype is None or dtype == "auto":
-        dtype = default_dtype(device)
-    if not isinstance(dtype, str):
-        name = dtype_name_of(dtype)
-        if name is None:
-            raise UserError(f"dtype {dtype} unsupported: use one of {', '.join(DTYPE_NAMES)}")
-        return name
-    if dtype not in DTYPE_NAMES:
-        raise UserError(f"dtype {dtype!r} unsupported: use one of {', '.join(DTYPE_NAMES)} or 'auto'")
-    return dtype
-
-
-def _check_options(build, options: dict) -> None:
-    """Options LLM() passes on to the builder must be ones it takes (a later stage's builder names
-    its own and passes the rest to this stage's)."""
-    import inspect
-
-    def names(fn):
-        ps = inspect.signature(fn).parameters.values()
-        return {p.name for p in ps if p.kind == p.KEYWORD_ONLY}, any(p.kind == p.VAR_KEYWORD for p in ps)
-    known, more = names(build)
-    if more:
-        known |= names(build_engine)[0]
-    known -= {"kv", "runner", "wrap", "seed", "impl", "speculator"}    # parts, and LLM's own arguments
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise UserError(f"LLM() got {', '.join(unknown)}, which this stage's engine does not take: its options are "
-                        f"{', '.join(sorted(known)) or 'none'} (a later stage's LLM takes more).")
+def engine_config(args, model, device: str, dtype):
+    """The sizes the options ask for (config.py), for this model on this device."""
+    return make_config(model.cfg, device, dtype, **{k: getattr(args, k) for k in SIZES})
 
 
 class LLM:
-    def __init__(self, model: str | None = None, *, device: str | None = None, dtype=None, block_size: int = 16,
-                 num_gpu_blocks_override: int | None = None, max_num_batched_tokens: int | None = None,
-                 max_num_seqs: int | None = None, max_model_len: int | None = None, seed: int | None = None,
-                 gpu_memory_utilization: float = 0.9, impl: str = "triton", build_engine=build_engine,
-                 **engine_options):
-        _check_options(build_engine, engine_options)             # before anything loads
-        device = device or default_device()
-        dtype = check_device_dtype(device, _dtype_name(dtype, device))
-        path = resolve_model_dir(model)
+    def __init__(self, model: str | None = None, *, stages, **options):
+        args = assemble.resolve_options(stages, dict(options, model=model))   # before anything loads
+        device = args.device or default_device()
+        dtype = check_device_dtype(device, dtype_name_of(default_dtype(device)) if args.dtype in (None, "auto")
+                                   else args.dtype)
+        path = resolve_model_dir(args.model)
         self.model = load_model(path, device, dtype)          # a broken checkpoint: one UserError naming the file
         self.tokenizer = load_tokenizer(path)
-        config = make_config(self.model.cfg, device, dtype, block_size=block_size,
-                             num_gpu_blocks_override=num_gpu_blocks_override,
-                             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                             max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
-        self.llm_engine = build_engine(self.model, self.tokenizer, config, seed=seed, impl=impl, **engine_options)
+        self.llm_engine = assemble.build_engine(self.model, self.tokenizer, engine_config(args, self.model, device,
+                                                                                          dtype), stages, args=args)
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         if isinstance(prompts, (str, dict)):
@@ -144,6 +89,25 @@ class LLM:
         convs = [messages] if not messages or isinstance(messages[0], dict) else list(messages)   # [] is refused
         return self.generate([render_chat(self.tokenizer, c, add_generation_prompt, chat_template_kwargs)
                               for c in convs], sampling_params, use_tqdm)
+
+
+def entry_points(stages):
+    """A stage's ``LLM(model, **options)`` and ``build_engine(model, tokenizer, config, **options)``:
+    the one LLM and the one assembler, over ``stages`` (this stage and those before it)."""
+    last = stages[-1].name
+
+    def llm(model: str | None = None, **options) -> LLM:
+        return LLM(model, stages=stages, **options)
+
+    def build_engine(model, tokenizer, config, **kw) -> LLMEngine:
+        return assemble.build_engine(model, tokenizer, config, stages, **kw)
+
+    llm.__doc__ = (f"vLLM's ``LLM`` with the parts of {', '.join(s.name for s in stages)}; options: each one's "
+                   "options.py (``python scripts/engine_options.py`` lists them).")
+    build_engine.__doc__ = f"The assembler over the stages up to {last} (l5_scheduler/assemble.py)."
+    llm.__qualname__ = llm.__name__ = "LLM"
+    build_engine.__qualname__ = build_engine.__name__ = "build_engine"
+    return llm, build_engine
 
 
 def render_chat(tokenizer, conversation, add_generation_prompt: bool = True, kwargs: dict | None = None) -> str:

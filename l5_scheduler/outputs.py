@@ -34,6 +34,17 @@ class RequestOutput:
     num_preemptions: int = 0      # how often it was preempted and recomputed (not in vLLM's type)
 
 
+@dataclass(slots=True)
+class ModelRunnerOutput:
+    """What one step produced for the requests that sampled (vLLM's name), handed to
+    ``Scheduler.update_from_output``: per request, its new tokens in order, and with each token
+    its logprobs (where asked for) and its logits (only when the engine keeps them)."""
+    reqs: list                                  # the requests that sampled, in batch order
+    token_ids: list[list[int]]                  # per request: its new tokens
+    logprobs: list[list] | None = None          # per request, per token: TokenLogprobs or None
+    logits: list[list] | None = None            # per request, per token: [V] float32 on the CPU
+
+
 @dataclass(slots=True)      # one per request per step: slots make it cheap to create
 class StepOutput:
     """One request's progress in one ``step()``: the tokens it gained (streaming reads these)."""

@@ -18,11 +18,6 @@ these, ``num_computed_tokens`` have their K/V in the cache. Every step the sched
 A step samples for a request exactly when it computes the request's last known token, so a
 mid-prefill chunk samples nothing and a recompute never re-samples a token it already has.
 
-Lesson 11 lets a request carry guesses, ``spec_ids``: tokens a drafter proposed for the positions
-after its last known one. A step computes them beside the last known token and samples at each
-(``tokens`` reads them past the known tokens); the guesses the model agrees with become outputs,
-and the rest are dropped. Without a drafter the list stays empty and nothing here changes.
-
 The KV side is stage 2's allocator ``Request`` (``kv``): its block list, the slot of every
 position, and ``cur_len`` = ``num_computed_tokens``. Preemption throws that handle away and
 starts a fresh one, so a preempted request can never touch the blocks it gave back.
@@ -60,9 +55,6 @@ class Request:
     logprobs: list = field(default_factory=list)    # l4_sampler.TokenLogprobs per token, when asked for
     cumulative_logprob: float = 0.0
     logits: list = field(default_factory=list)   # [V] per sampled token, only when the engine keeps them
-    spec_ids: list[int] = field(default_factory=list)   # drafts to verify next step (lesson 11; vLLM's spec_token_ids)
-    pending: tuple | None = None        # lesson 7's async scheduling: (the sampler's device ids, this row)
-                                        # while its newest token, counted in num_tokens, is not yet on the host
 
     def __post_init__(self):
         if self.kv is None:
@@ -84,16 +76,12 @@ class Request:
         return self.kv.blocks
 
     def tokens(self, start: int, n: int) -> list[int]:
-        """Token ids at positions ``start .. start+n-1`` of prompt + output (+ drafts), without concatenating."""
+        """Token ids at positions ``start .. start+n-1`` of prompt + output, without concatenating
+        (fewer if the request has fewer)."""
         P = len(self.prompt_ids)
         head = self.prompt_ids[start:start + n] if start < P else []
         end = start + n - P                                   # end position within output_ids
-        ids = head + (self.output_ids[max(0, start - P):end] if end > 0 else [])
-        if start + n > self.num_tokens:                       # past the known tokens: the drafts
-            ids += self.spec_ids[max(0, start - self.num_tokens):start + n - self.num_tokens]
-        elif self.pending is not None and start + n == self.num_tokens:
-            ids.append(0)                                     # still on the device: runner.fill_pending puts it here
-        return ids
+        return head + (self.output_ids[max(0, start - P):end] if end > 0 else [])
 
 
 def prompt_token_ids(prompt, tokenizer, V: int) -> list[int]:

@@ -17,7 +17,6 @@ import torch
 
 from l3_paged.cache import PagedKVCache
 from l3_paged.metadata import PagedMeta, build_meta
-from l4_sampler.sampler import to_device
 
 from .scheduler import SchedulerOutput
 
@@ -27,50 +26,28 @@ class RunnerOutput(NamedTuple):
     logits: torch.Tensor                  # [S', V] float32: the rows that sample, in batch order
     meta: object                          # the step's metadata (--trace-meta, tests)
     argmax: torch.Tensor | None = None    # [S'] each row's argmax, if the runner computed it with the
-                                          # forward (lesson 7's CUDA graph does: no extra launch)
+                                          # forward (no extra launch for an all-greedy batch)
 
 
 class ModelRunner:
-    """``ops``: the skeleton's small ops (``TorchOps``, the default; lesson 7 passes fused ones)."""
+    """``cache``: the KV cache it reads and writes (default: stage 3's ``PagedKVCache``); ``ops``: the
+    skeleton's small ops (None: its own ``TorchOps``)."""
 
-    def __init__(self, model, config, impl: str = "triton", check: bool = False, ops=None):
+    def __init__(self, model, config, impl: str = "triton", check: bool = False, ops=None, cache=None):
         p = next(model.parameters())
         self.model, self.device, self.block_size, self.ops = model, p.device, config.block_size, ops
-        self.cache = PagedKVCache(model.cfg, config.num_blocks, config.block_size, p.device, p.dtype,
-                                  impl=impl, check=check)
+        self.cache = cache if cache is not None else PagedKVCache(model.cfg, config.num_blocks, config.block_size,
+                                                                  p.device, p.dtype, impl=impl, check=check)
 
     def inputs(self, out: SchedulerOutput) -> tuple[torch.Tensor, PagedMeta]:
         ids = []
         for req, n in out.scheduled:
             ids += req.tokens(req.num_computed_tokens, n)
         meta = build_meta([(req.kv, n) for req, n in out.scheduled], self.block_size, self.device, out.sample)
-        input_ids = torch.tensor(ids, device=self.device)        # [T] int64, T = out.num_tokens
-        fill_pending(input_ids, out.scheduled)                   # (lesson 7's async scheduling)
-        return input_ids, meta
+        return torch.tensor(ids, device=self.device), meta      # [T] int64, T = out.num_tokens
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         """One forward pass: logits [S', V] float32 (S' = rows that sample) and the metadata.
         Nothing is kept between steps, so the output's finished and new-block lists need no reply."""
         input_ids, meta = self.inputs(out)
         return RunnerOutput(self.model(input_ids, self.cache, meta, ops=self.ops), meta)
-
-
-def fill_pending(input_ids, scheduled) -> None:
-    """Lesson 7's async scheduling: a decoding request's newest token may still be on the device,
-    sampled by the step before and not yet seen by the host (``tokens`` gave a 0 for it). Copy each
-    from the sampler's output into its place in this step's ``input_ids``, on the device, in
-    stream order: the forward launched next reads it, and the host never waits for it."""
-    dst, src, t, ids = [], [], 0, None
-    for req, n in scheduled:
-        if req.pending is not None:
-            ids, i = req.pending
-            dst.append(t + n - 1)                             # its newest token ends its chunk (n = 1)
-            src.append(i)
-        t += n
-    if not dst:
-        return
-    if dst == src and dst[-1] == len(dst) - 1:                # the usual decode step: same rows, same order
-        input_ids[:len(dst)].copy_(ids[:len(dst)])
-    else:
-        idx = to_device([dst, src], torch.int64, input_ids.device)   # pinned: the host does not wait
-        input_ids[idx[0]] = ids[idx[1]]

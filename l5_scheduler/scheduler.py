@@ -18,10 +18,6 @@ Where the K/V go is not the scheduler's business: it is given a KV manager (kv_m
 2's allocator by default; lesson 6 passes a prefix-caching one) and asks it for blocks. A running
 request asks only when its blocks cannot hold its next tokens (1 decode step in block_size).
 
-Drafts (lesson 11). A decoding request may carry ``spec_ids``, guesses for its next tokens; it
-is then scheduled 1 + k tokens, k cut to the budget and to the free blocks (a guess never
-preempts), and ``advance`` is told how many of them the model refused.
-
 Preemption is by recompute: the victim frees every block, its ``num_computed_tokens`` drops
 to 0 and it goes back to the *front* of the waiting queue. When readmitted it recomputes its
 prompt plus the tokens it already generated, then samples its next token as if nothing had
@@ -36,6 +32,7 @@ from dataclasses import dataclass, field
 from l2_gather.allocator import OutOfBlocks
 from plumbing.exercise import learner_can_replace
 
+from .outputs import StepOutput
 from .request import KVBlocks, Request, RequestStatus
 
 
@@ -118,11 +115,9 @@ class Scheduler:
             if budget <= 0:
                 break
             kv = req.kv
-            if req.pending is not None and req.num_tokens >= req.stops.max_len:
-                continue                              # lesson 7: its last token is being sampled; nothing to compute
             n = req.num_tokens - kv.cur_len           # decode: 1; prefill: the rest of it
-            if req.spec_ids:                          # drafts to verify (lesson 11)
-                n += self._fit_drafts(req, n, budget)
+            if n <= 0:
+                continue                              # no token to compute until its next one is known
             if n > budget:
                 n, cut = budget, True                 # a chunk: the budget ends here
             if kv.cur_len + n > len(kv.slot_indices):     # its blocks cannot hold them: ask for more
@@ -152,20 +147,6 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _fit_drafts(self, req: Request, n: int, budget: int) -> int:
-        """How many of ``req``'s drafts run this step beside its ``n`` known tokens: none unless it
-        decodes (n = 1), then as many as the budget and the free blocks allow (a guess never
-        preempts anyone). The rest are dropped."""
-        kv = req.kv
-        k = max(0, min(len(req.spec_ids), budget - n)) if n == 1 else 0
-        if k and kv.cur_len + 1 + k > len(kv.slot_indices):
-            try:
-                self.kv.reserve(kv, kv.cur_len + 1 + k)
-            except OutOfBlocks:
-                k = 0
-        del req.spec_ids[k:]
-        return k
-
     def _reserve_or_preempt(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         def preempt(victim):
             self._preempt(victim)
@@ -175,20 +156,41 @@ class Scheduler:
     def _preempt(self, req: Request) -> None:
         self.kv.free(req.kv)
         req.kv = KVBlocks(req.request_id)                     # num_computed_tokens = 0
-        req.spec_ids.clear()                                  # its guesses go too (lesson 11)
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.waiting.appendleft(req)                          # first in line to come back
 
-    def advance(self, out: SchedulerOutput, rejected: list[int] | None = None) -> None:
-        """After the forward pass: the scheduled tokens' K/V are now in the cache. ``rejected``
-        (lesson 11): per scheduled request, how many of its drafts the model refused. Their K/V sit
-        in slots past ``num_computed_tokens``, where the next step writes over them; they are never
-        counted, cached or read."""
-        if rejected is None:
-            self.kv.advance(out.scheduled)
-        else:
-            self.kv.advance([(req, n - r) for (req, n), r in zip(out.scheduled, rejected)])
+    def advance(self, out: SchedulerOutput) -> None:
+        """After the forward pass: the scheduled tokens' K/V are now in the cache."""
+        self.kv.advance(out.scheduled)
+
+    def update_from_output(self, ran) -> tuple[list[StepOutput], list[str]]:
+        """The one path by which tokens join requests (vLLM's ``Scheduler.update_from_output``): per
+        request that sampled (``ran``: a ``ModelRunnerOutput``), append its new tokens in order,
+        count them, keep their logprobs, and run its stop checks; a request that stops frees its
+        blocks now, and the tokens after its stop are dropped. Returns the step's outputs and the
+        ids that finished."""
+        results, finished = [], []
+        for i, req in enumerate(ran.reqs):
+            toks, stops, fin = ran.token_ids[i], req.stops, None
+            lps = ran.logprobs[i] if ran.logprobs is not None else None
+            for j, tok in enumerate(toks):
+                req.output_ids.append(tok)                 # Request.append_output, inlined (hot path;
+                req.num_tokens += 1                        # the sampler's RowState shares the list)
+                if lps is not None and lps[j] is not None:
+                    req.logprobs.append(lps[j])
+                    req.cumulative_logprob += lps[j].logprob
+                if ran.logits is not None:
+                    req.logits.append(ran.logits[i][j])
+                if tok in stops.stop_ids or req.num_tokens >= stops.stop_len:   # could it end here?
+                    fin = stops.update(req.output_ids)
+                    if fin is not None:
+                        self.finish(req, fin.finish_reason, fin.stop_reason)   # blocks freed now
+                        finished.append(req.request_id)
+                        toks = toks[:j + 1]
+                        break
+            results.append(StepOutput(req.request_id, toks, fin is not None, fin and fin.finish_reason))
+        return results, finished
 
     def abort(self, req: Request) -> None:
         """Take a waiting or running request out (a client went away): its blocks are free now,
@@ -204,8 +206,8 @@ class Scheduler:
         self.finished_ids.append(req.request_id)
 
     def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
-        """A stop condition fired: free the blocks now, in the same step. (Lesson 7's overlapped loop
-        checks a token one schedule later, so its request may have been preempted meanwhile.)"""
+        """A stop condition fired: free the blocks now, in the same step (the request may be waiting:
+        preempted after the step that sampled its last token)."""
         (self.running if req.status == RequestStatus.RUNNING else self.waiting).remove(req)
         self.kv.free(req.kv)
         req.status, req.finish_reason, req.stop_reason = RequestStatus.FINISHED, finish_reason, stop_reason

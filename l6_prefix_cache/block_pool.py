@@ -76,7 +76,11 @@ class FreeKVCacheBlockQueue:
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int):
+    """``enable_caching=False``: the same pool that names nothing (no hashes, no hits: stage 5's
+    behaviour, with this pool's order of handing out blocks)."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True):
+        self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(i) for i in range(num_blocks)]
         self.free_queue = FreeKVCacheBlockQueue(self.blocks)     # 0, 1, 2, ... first
         self.cached: dict[bytes, KVCacheBlock] = {}              # hash -> the one block holding it
@@ -117,7 +121,7 @@ class BlockPool:
         """Name a full, written block by its hash. If another block already holds that hash (two
         requests computed the same prefix in the same step), this one stays anonymous: one block
         per hash, and the duplicate is reused as a plain free block once its owner lets go."""
-        if block_hash in self.cached:
+        if block_hash in self.cached or not self.enable_caching:
             return False
         b.block_hash = block_hash
         self.cached[block_hash] = b

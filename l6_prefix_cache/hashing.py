@@ -45,6 +45,15 @@ def block_hashes(token_ids, block_size: int, extra: tuple = ()) -> list[bytes]:
     return out
 
 
+def extend_chain(chain: list[bytes], req, n_blocks: int, block_size: int) -> list[bytes]:
+    """Grow ``chain``, the hash chain of ``req``'s full blocks so far, to at least ``n_blocks``
+    (a request's chain is computed once and extended as its blocks fill)."""
+    while len(chain) < n_blocks:
+        i = len(chain)
+        chain.append(hash_block(chain[-1] if chain else ROOT, req.tokens(i * block_size, block_size)))
+    return chain
+
+
 @learner_can_replace  # lesson 6's build-it exercise: exercises/l6_prefix_cache.py
 def longest_cached_prefix(hashes: list[bytes], cached: dict, num_tokens: int, block_size: int) -> list:
     """The cached blocks of the longest prefix of ``hashes`` that is in ``cached`` (hash -> block),

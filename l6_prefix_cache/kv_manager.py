@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from l2_gather.allocator import AllocatorError, OutOfBlocks, add_blocks, check_pool_shape
 
 from .block_pool import BlockPool, KVCacheBlock
-from .hashing import ROOT, hash_block, longest_cached_prefix
+from .hashing import extend_chain, longest_cached_prefix
 
 
 @dataclass
@@ -48,10 +48,13 @@ class CacheStats:
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int):
+    """``enable_caching`` (vLLM's ``enable_prefix_caching``) is the pool's property: off, nothing is
+    hashed or looked up, and every block a request holds is its own."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
         check_pool_shape(num_blocks, block_size)
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.pool = BlockPool(num_blocks)
+        self.pool = BlockPool(num_blocks, enable_caching)
         self.stats = CacheStats()
         self.new_blocks: list = []                    # handles that gained blocks (stage 5's contract)
         self._num_cached: dict[object, int] = {}      # handle -> how many of its leading blocks are hashed
@@ -70,8 +73,11 @@ class KVCacheManager:
         """A waiting request's first chunk: its longest cached prefix, then blocks for up to
         ``budget`` more tokens. Returns the chunk's length, or None (nothing held)."""
         bs = self.block_size
-        hashes = self.block_hashes(req, req.num_tokens // bs)      # every full block; the cap is the lookup's
-        hit = longest_cached_prefix(hashes, self.pool.cached, req.num_tokens, bs)
+        if self.pool.enable_caching:
+            hashes = self.block_hashes(req, req.num_tokens // bs)  # every full block; the cap is the lookup's
+            hit = longest_cached_prefix(hashes, self.pool.cached, req.num_tokens, bs)
+        else:
+            hit = []
         computed = len(hit) * bs
         n = min(req.num_tokens - computed, budget)
         try:
@@ -105,7 +111,7 @@ class KVCacheManager:
         for req, n in scheduled:
             kv = req.kv
             kv.cur_len += n
-            if kv.cur_len % bs < n:                 # it crossed a block boundary: a block is now full
+            if kv.cur_len % bs < n and self.pool.enable_caching:   # it crossed a block boundary: a block is full
                 self.cache_full_blocks(kv, self.block_hashes(req, kv.cur_len // bs))
 
     def free(self, handle) -> None:
@@ -123,12 +129,7 @@ class KVCacheManager:
     # ---- the pieces --------------------------------------------------------------------------------
     def block_hashes(self, req, n_blocks: int) -> list[bytes]:
         """req's full-block hash chain, at least ``n_blocks`` long (computed once, extended as it grows)."""
-        hs = self._hashes.setdefault(req.kv, [])
-        bs = self.block_size
-        while len(hs) < n_blocks:
-            i = len(hs)
-            hs.append(hash_block(hs[-1] if hs else ROOT, req.tokens(i * bs, bs)))
-        return hs
+        return extend_chain(self._hashes.setdefault(req.kv, []), req, n_blocks, self.block_size)
 
     def allocate(self, handle, hit: list[KVCacheBlock], n: int) -> None:
         """Give an empty ``handle`` the cached blocks ``hit`` and room for ``n`` tokens in all."""

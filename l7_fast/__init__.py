@@ -1,15 +1,25 @@
-"""Stage 7: the engine made fast. Stage 6's engine given a faster runner: persistent pinned inputs
-(one copy per step, the block table updated by the scheduler's diffs), fused Triton kernels
-through the skeleton's ops seam, split-KV decode for small batches (flash-decoding), and each
-decode step replayed as one CUDA graph. Each idea is a part (``build_engine``)."""
-import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only machines before any kernel exists)
-from l4_sampler.params import SamplingParams
+"""Stage 7: the engine made fast. Stage 6's engine given faster parts by the assembler
+(stage.py): persistent pinned inputs (one copy per step, the block table updated by the
+scheduler's diffs), fused Triton kernels through the skeleton's ops seam, split-KV decode for
+small batches (flash-decoding), each decode step replayed as one CUDA graph, and async
+scheduling (another order of a step's work). Each is an option, on by default.
 
-from .graphs import GraphRunner
-from .llm import LLM, build_engine
-from .ops import FusedOps, merge_projections
-from .profile import Profiler
-from .runner import FastRunner, graph_buckets
+    from l7_fast import LLM, SamplingParams
+    llm = LLM(None)                                   # the built-in tiny Qwen3
+    llm = LLM(None, enforce_eager=True)               # no CUDA graphs (vLLM's name)
+    llm = LLM(None, fused_ops=False, split_kv=False)  # the torch ops, stage 3's attention kernel
+    llm.llm_engine.runner.graph_bytes                 # memory the captured graphs hold
+"""
+from plumbing.lazy import exports
 
-__all__ = ["LLM", "build_engine", "SamplingParams", "FusedOps", "FastRunner", "GraphRunner", "Profiler",
-           "graph_buckets", "merge_projections"]
+__getattr__, __dir__, __all__ = exports(__name__, {
+    'l4_sampler.params': ('SamplingParams',),
+    '.stage': ('LLM', 'build_engine', 'STAGES'),
+    '.cache': ('FastKVCache',),
+    '.graphs': ('GraphRunner',),
+    '.ops': ('FusedOps', 'merge_projections'),
+    '.profile': ('Profiler',),
+    '.runner': ('FastRunner', 'graph_buckets'),
+    '.step': ('OverlappedStep',),
+    '.step_inputs': ('FastMeta',),
+})

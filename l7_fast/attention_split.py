@@ -53,7 +53,7 @@ from .pdl import check_pdl, let_next_start, wait_for_previous
 
 MIN_KEYS_PER_SPLIT = 64    # below this a split's fixed cost (q load, partial write) dominates (H100: 1 x 4,096
                            # ran 15.6 us at 16 splits of 256 keys, 13.3 us at 64 of 64; docs/benchmarks.md)
-WAVES = 3                  # programs per SM to aim for (pick_num_splits rounds up from it, or down: at_most_waves)
+WAVES = 3                  # programs per SM to aim for (pick_num_splits rounds up from it)
 MAX_SPLITS = 128
 SHORT_SPLIT = 512          # a split of at most this many keys takes 32-key steps (split_config)
 
@@ -149,20 +149,17 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int,
-                    at_most_waves: bool = False, min_keys: int = MIN_KEYS_PER_SPLIT) -> int:
+def pick_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int) -> int:
     """Splits per sequence, from host ints only. 1 while the unsplit grid already has a program
     per SM; otherwise enough for WAVES programs per SM, rounded up to a power of two, but at least
-    ``min_keys`` keys each (so a short bound can cap it below a power of two). A power of two cuts
+    MIN_KEYS_PER_SPLIT keys each (so a short bound can cap it below a power of two). A power of two cuts
     a power-of-two context into equal chunks of whole tiles (H100, Qwen3-8B heads, 64-key steps:
-    1 x 32,768 at 64 splits 60.8 us, at 50 61.2; 8 x 8,192 at 8 splits 104.0, at 7 105.2).
-    ``at_most_waves``: round down instead, never past WAVES programs per SM (stage 9's e4m3 kernel,
-    l9_fp8_kv.attention_split.fp8_num_splits, which also keeps its own ``min_keys``)."""
+    1 x 32,768 at 64 splits 60.8 us, at 50 61.2; 8 x 8,192 at 8 splits 104.0, at 7 105.2)."""
     base = num_seqs * num_kv_heads
     if base >= num_sms:
         return 1
-    want = (WAVES * num_sms) // base if at_most_waves else triton.next_power_of_2(triton.cdiv(WAVES * num_sms, base))
-    return max(1, min(want, max_kv_len // min_keys, MAX_SPLITS))
+    want = triton.next_power_of_2(triton.cdiv(WAVES * num_sms, base))
+    return max(1, min(want, max_kv_len // MIN_KEYS_PER_SPLIT, MAX_SPLITS))
 
 
 def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype,
@@ -174,8 +171,7 @@ def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype,
     splits x 64 keys at 1 x 32768 (66% of copy bandwidth; 128-key steps 66% at 32 splits) and 8
     splits x 64 keys at 8 x 8192 (82%; 128 keys 73%) (docs/l7_kernels_h200.md). H100, Qwen3-8B
     heads: 1 x 4,096 at 64 splits 13.3 us with 32-key steps, 14.4 with 64; 1 x 32,768 at 64
-    splits 59.5 and 60.8; 8 x 8,192 at 8 splits 104.3 and 104.0 (1,024 keys a split). Stage 8
-    passes its window's bound; stage 9 keeps its own tile (fp8_split_config)."""
+    splits 59.5 and 60.8; 8 x 8,192 at 8 splits 104.3 and 104.0 (1,024 keys a split)."""
     cfg = pick_config(1, num_seqs, num_seqs, g_pad, d_pad, dtype)
     if INTERPRET or dtype == torch.float32 or d_pad > 128:
         return cfg

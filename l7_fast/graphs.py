@@ -10,10 +10,6 @@ A graph replays fixed addresses and shapes, so:
                 replays the graph of the smallest B >= n, with B - n padding rows (cache.py:
                 position 0, K/V length 1, the PAD block), inputs written into the same pinned
                 buffer offsets the capture read (step_inputs.py)
-    verify      (lesson 11) ``verify=(q, max_batch)``: also graphs for uniform verify steps, every
-                request computing q' tokens (its last one and q' - 1 guesses) and sampling at each,
-                one per bucket B <= max_batch and q' in 2..q (near its length limit a request
-                verifies fewer guesses); padding sequences are q' tokens at positions 0..q'-1
     prefill     a step of one request computing n > 1 prompt tokens and sampling after the last
                 (a short prompt alone: the time to first token) replays the graph of the smallest
                 T in prefill_buckets() above n, its T - n tokens one padding sequence (positions
@@ -38,7 +34,7 @@ import torch
 
 from l5_scheduler.runner import RunnerOutput
 
-from .runner import is_uniform_decode, one_prefill, uniform_verify
+from .runner import is_uniform_decode, one_prefill
 
 PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512)
 
@@ -50,30 +46,39 @@ def prefill_buckets(config) -> list[int]:
     return [T for T in PREFILL_BUCKETS if T <= top] if config.max_num_seqs >= 2 else []
 
 
-def graph_keys(buckets, verify: tuple[int, int] | None, prefill) -> list[tuple]:
-    """The graphs to capture: (B, 1) per decode bucket; (B, q') for verify steps, B <= max batch and
-    q' = 2..q; ("prefill", T) per prefill bucket."""
-    keys = [(B, 1) for B in buckets]
-    if verify is not None:
-        q, top = verify
-        keys += [(B, j) for B in buckets if B <= top for j in range(2, q + 1)]
-    return keys + [("prefill", T) for T in prefill]
+def graph_keys(buckets, prefill) -> list[tuple]:
+    """The graphs to capture: (B, 1) per decode bucket; ("prefill", T) per prefill bucket."""
+    return [(B, 1) for B in buckets] + [("prefill", T) for T in prefill]
 
 
-def step_key(out, bucket, verify: bool, prefill) -> tuple | None:
+def step_key(out, bucket, prefill) -> tuple | None:
     """The graph key a step would replay if it was captured (graph_keys), or None: the step is eager."""
-    q = 1 if is_uniform_decode(out) else uniform_verify(out) if verify else None
-    if q is not None:
-        return (bucket(len(out.scheduled)), q)
+    if is_uniform_decode(out):
+        return (bucket(len(out.scheduled)), 1)
     t = one_prefill(out)
     T = next((T for T in prefill if T > t), None) if t is not None else None
     return ("prefill", T) if T is not None else None
 
 
+def capture(r, lay, q: int, splits: int, pool, stream) -> tuple:
+    """One CUDA graph of the eager runner ``r``'s forward pass on the padding step ``lay`` (q tokens
+    a sequence), in the memory ``pool`` (None: a new one). Returns the graph and its static outputs
+    (logits, meta, the rows' argmax), which every replay overwrites."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):                  # warm up: compile kernels, settle allocations
+        for _ in range(2):
+            r.forward(lay, q, r.config.max_model_len, splits)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        logits, meta = r.forward(lay, q, r.config.max_model_len, splits)
+        argmax = logits.argmax(-1)                   # [B q]: for an all-greedy batch, no launch after the replay
+    return graph, logits, meta, argmax
+
+
 class GraphRunner:
-    def __init__(self, runner, verify: tuple[int, int] | None = None, prefill: bool = True):
+    def __init__(self, runner, prefill: bool = True):
         self.runner = runner                         # the eager FastRunner: captures, and runs the rest
-        self.verify = verify                         # (q, max batch) of lesson 11's verify steps, or None
         self.prefill = prefill_buckets(runner.config) if prefill else []
         self.graphs: dict[tuple, tuple] = {}         # (B, q) or ("prefill", T) -> the graph, its static outputs
         self.graph_bytes, self.capture_s = 0, 0.0
@@ -95,37 +100,23 @@ class GraphRunner:
         gc.collect()                                 # torch.cuda.graph does both on entry: measure from there,
         torch.cuda.empty_cache()                     # or freed cache shows up as negative graph memory
         before = torch.cuda.memory_reserved()
-        pool, L = None, r.config.max_model_len
+        pool = None
         stream = torch.cuda.Stream()                 # one warm-up stream (cuBLAS keeps a workspace per stream)
-        shapes = graph_keys(r.buckets, self.verify, self.prefill)
-        for key in sorted(shapes, key=lambda s: -s[1] if s[0] == "prefill" else -s[0] * s[1]):
+        for key in sorted(graph_keys(r.buckets, self.prefill), key=lambda s: -s[1] if s[0] == "prefill" else -s[0]):
             if key[0] == "prefill":
-                q = key[1]
-                lay, splits = r.buf.pad_prefill(q, r.cache.pad_slot), 1
+                lay, q, splits = r.buf.pad_prefill(key[1], r.cache.pad_slot), key[1], 1
             else:
-                B, q = key
-                lay = r.buf.pad_only(B, r.cache.pad_slot, q)
-                splits = r.decode_splits(B) if q == 1 else 1     # (the split kernel is decode-only)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):          # warm up: compile kernels, settle allocations
-                for _ in range(2):
-                    r.forward(lay, q, L, splits)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                logits, meta = r.forward(lay, q, L, splits)
-                argmax = logits.argmax(-1)           # [B q]: for an all-greedy batch, no launch after the replay
-            pool = graph.pool()
-            self.graphs[key] = (graph, logits, meta, argmax)    # static outputs: overwritten by every replay
+                lay, q, splits = r.buf.pad_only(key[0], r.cache.pad_slot), 1, r.decode_splits(key[0])
+            self.graphs[key] = capture(r, lay, q, splits, pool, stream)
+            pool = self.graphs[key][0].pool()        # every graph in one memory pool
         torch.cuda.synchronize()
         self.graph_bytes = torch.cuda.memory_reserved() - before
         self.capture_s = time.perf_counter() - t0
 
     def replay_bucket(self, out) -> tuple | None:
-        """The graph this step replays, or None (eager): (B, 1) for a uniform decode step, (B, q')
-        for a uniform verify step of q' <= the captured q tokens a request, B the bucket it fits;
-        ("prefill", T) for one request's prefill of fewer than T tokens."""
-        key = step_key(out, self.runner.bucket, self.verify is not None, self.prefill)
+        """The graph this step replays, or None (eager): (B, 1) for a uniform decode step, B the
+        bucket it fits; ("prefill", T) for one request's prefill of fewer than T tokens."""
+        key = step_key(out, self.runner.bucket, self.prefill)
         return key if key in self.graphs else None
 
     def execute(self, out):
@@ -138,8 +129,7 @@ class GraphRunner:
             (_, q), rows, label = key, 1, f"graph prefill {key[1]}"
             lay, _ = r.prepare(out, pad_tokens=q)
         else:
-            (B, q), rows = key, len(out.scheduled) * key[1]
-            label = f"graph {B}" if q == 1 else f"graph {B}x{q}"
+            (B, q), rows, label = key, len(out.scheduled), f"graph {key[0]}"
             lay, _ = r.prepare(out, pad_to=B)
         if r.check:
             r.check_step(out, lay, q)

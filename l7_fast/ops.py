@@ -8,6 +8,7 @@ attention kernel (RMSNorm alone is ~7: cast, pow, mean, add, rsqrt, mul, cast, m
     q_proj(x), k_proj(x), v_proj(x)             x @ W_qkv^T          1 matmul   (weights merged)
     q_norm, k_norm, apply_rope x2, set_kv       qk_norm_rope_write   1 kernel   (fused_rope.py)
     attention (stage 3's kernel)                attend_cached        1-2 kernels (split-KV)
+                                                (both: the cache's rope_attend, cache.py)
     silu(gate_proj(x)) * up_proj(x)             x @ W_gate_up^T, silu_mul  1 matmul + 1 kernel
     o_proj(o), down_proj(a)                     the same matmuls               1 matmul each
 
@@ -37,11 +38,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from l1_dense.model import TorchOps
-
 from . import fused_act
 from .fused_norm import add_rms_norm, rms_norm
-from .fused_rope import qk_norm_rope_write
 from .gemv import GEMV_MAX_M, gemv, gemv_block_m
 from .pdl import pdl_supported
 
@@ -91,8 +89,9 @@ class PendingNorm:
                     residual_out=self.h_out if fresh else None)
 
 
-class FusedOps(TorchOps):
-    """``model.forward(ids, kv, meta, ops=FusedOps(model))``. ``kv`` must be a FastKVCache."""
+class FusedOps:
+    """``model.forward(ids, kv, meta, ops=FusedOps(model))``: the same five ops as the skeleton's
+    ``TorchOps`` (l1_dense/model.py), fused. ``kv`` must have ``rope_attend`` (cache.py)."""
 
     def __init__(self, model, gemv_max_m: int = GEMV_MAX_M, norm_prologue: bool = True, pdl: bool = True):
         merge_projections(model)
@@ -130,13 +129,9 @@ class FusedOps(TorchOps):
         return self.matmul(x, attn.qkv_weight, attn.qkv_bias).split(attn.qkv_sizes, dim=-1)   # 3 views
 
     def rope_attend(self, attn, q, k, v, cos, sin, kv, meta):
-        norm = hasattr(attn, "q_norm")
-        q = qk_norm_rope_write(q, k, v, cos, sin, kv.K[attn.layer_idx], kv.V[attn.layer_idx],
-                               kv.slot_mapping(attn.layer_idx, meta),
-                               q_norm_weight=attn.q_norm.weight if norm else None,
-                               k_norm_weight=attn.k_norm.weight if norm else None,
-                               eps=attn.q_norm.eps if norm else 1e-6, pdl=self.pdl)
-        return kv.attend_cached(attn.layer_idx, q, meta)
+        """q/k-norm, RoPE and the K/V write in one kernel, then attention: the cache's, which knows
+        where K/V go and which kernel reads them (cache.py)."""
+        return kv.rope_attend(attn, q, k, v, cos, sin, meta, pdl=self.pdl)
 
     def gate_up_act(self, mlp, x):
         return self.matmul(x, mlp.gate_up_weight, silu_mul=True)       # a GEMV: SwiGLU in its epilogue

@@ -24,11 +24,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from l5_scheduler.runner import RunnerOutput, fill_pending
+from l4_sampler.sampler import to_device
+from l5_scheduler.runner import RunnerOutput
 from plumbing.exercise import learner_can_replace
 
 from .attention_split import _num_sms
-from .cache import FastKVCache, FastMeta
 from .step_inputs import Layout, StepInputs
 
 
@@ -45,39 +45,34 @@ def is_uniform_decode(out) -> bool:
     return out.num_tokens == len(out.scheduled) and all(out.sample)
 
 
-def uniform_verify(out) -> int | None:
-    """q > 1 if every scheduled request computes q tokens and samples at every one of them: its last
-    known token and q - 1 guesses (lesson 11's verify step). Such a step can replay a graph too."""
-    S = len(out.scheduled)
-    if not S or out.num_tokens % S or out.num_tokens == S or not all(out.sample):
-        return None
-    q = out.num_tokens // S
-    return q if all([n == q and len(req.spec_ids) == q - 1 for req, n in out.scheduled]) else None
-
-
 def one_prefill(out) -> int | None:
     """n > 1 if the step is one request computing n prompt tokens and sampling after the last: a
     short prompt alone, or a long one's last chunk. Such a step can replay a prefill graph."""
-    if len(out.scheduled) != 1 or not out.sample[0]:
+    if len(out.scheduled) != 1 or out.sample[0] != 1:           # (one logits row: its last token's)
         return None
-    req, n = out.scheduled[0]
-    return n if n > 1 and not req.spec_ids else None
+    n = out.scheduled[0][1]
+    return n if n > 1 else None
+
+
+def step_inputs(config, device, pad_block: int, table_rows: int | None = None) -> StepInputs:
+    """The runner's pinned inputs for these sizes: a block-table row per running request (or
+    ``table_rows``), as wide as max_model_len."""
+    width = -(-config.max_model_len // config.block_size)
+    return StepInputs(config.max_num_batched_tokens, config.max_num_seqs, table_rows or config.max_num_seqs + 1,
+                      width, pad_block, device)
 
 
 class FastRunner:
-    def __init__(self, model, config, ops, *, impl: str = "triton", check: bool = False, split_kv: bool = True,
-                 cache: FastKVCache | None = None):
-        """``cache``: the KV cache part (default: a FastKVCache; stage 8 gives one that also
-        implements sliding windows), as the scheduler is given its KV manager."""
+    def __init__(self, model, config, ops, *, cache, inputs: StepInputs | None = None, check: bool = False,
+                 split_kv: bool = True):
+        """``cache``: the KV cache part (cache.py, or a later stage's), ``inputs``: the step inputs
+        (default: ``step_inputs``), as the scheduler is given its KV manager."""
         p = next(model.parameters())
         self.model, self.device, self.block_size = model, p.device, config.block_size
-        self.cfg, self.config, self.check, self.ops = model.cfg, config, check, ops
-        self.cache = cache if cache is not None else FastKVCache(model.cfg, config.num_blocks, config.block_size,
-                                                                 p.device, p.dtype, impl=impl)
-        self.split_kv = split_kv and impl == "triton"
-        width = -(-config.max_model_len // config.block_size)
-        self.buf = StepInputs(config.max_num_batched_tokens, config.max_num_seqs, config.max_num_seqs + 1,
-                              width, self.cache.pad_block, p.device)
+        self.cfg, self.config, self.check, self.ops, self.cache = model.cfg, config, check, ops, cache
+        self.split_kv = split_kv and cache.impl == "triton"
+        self.buf = inputs if inputs is not None else step_inputs(config, p.device, cache.pad_block)
+        self.in_flight: dict[str, tuple] = {}        # request id -> (device ids, row): tokens not on the host yet (step.py)
         self.buckets = graph_buckets(config.max_num_seqs)
         self._arange = np.arange(config.max_num_seqs + 2)     # cu_seqlens and logits rows of a decode step
         self.mode_log: list[str] = []                # every step's mode: "eager" or "graph B" (graphs.py)
@@ -102,8 +97,9 @@ class FastRunner:
     # ---- host side: one pass over the scheduled requests ----------------------------------------
     def prepare(self, out, pad_to: int | None = None, pad_tokens: int | None = None):
         """Fill the pinned buffer for this step and copy it. Returns (layout, max K/V length).
-        ``pad_to``: a graph replay's batch (a uniform step: decode, or lesson 11's verify).
-        ``pad_tokens``: a prefill graph's token count (graphs.py), reached with one padding sequence."""
+        ``pad_to``: a graph replay's batch B (a uniform step: every sequence q tokens, each sampling;
+        padded with B - S sequences of q tokens). ``pad_tokens``: a prefill graph's token count
+        (graphs.py), reached with one padding sequence."""
         upd_index, upd_block = [], []
         self.buf.update_rows(out, upd_index, upd_block)
         if is_uniform_decode(out):
@@ -113,17 +109,17 @@ class FastRunner:
         for (req, n), sample in zip(out.scheduled, out.sample):
             kv = req.kv
             start = kv.cur_len
-            ids += req.tokens(start, n)
+            toks = req.tokens(start, n)
+            ids += toks if len(toks) == n else toks + [0]    # its newest token still on the device: filled below
             positions += range(start, start + n)
             slots += kv.slot_indices[start:start + n]
             t += n
             cu.append(t)
             seq_lens.append(start + n)
-            if sample:                               # the last known token, and any drafts after it (lesson 11)
-                logits.extend(range(t - 1 - len(req.spec_ids), t))
+            logits.extend(range(t - sample, t))      # the chunk's last ``sample`` tokens (True: its last one)
         rows = self.buf.rows_for(out.scheduled)
-        if pad_to is not None and pad_to > len(seq_lens):   # a graph replay of a uniform verify step (graphs.py):
-            q, k = t // len(seq_lens), pad_to - len(seq_lens)   # padding sequences of q tokens at 0..q-1, PAD slots
+        if pad_to is not None and pad_to > len(seq_lens):   # a graph replay of a uniform step of q tokens a
+            q, k = t // len(seq_lens), pad_to - len(seq_lens)   # sequence: padding ones at 0..q-1, PAD slots
             ids, positions = ids + [0] * (q * k), positions + list(range(q)) * k
             slots, logits = slots + [self.cache.pad_slot] * (q * k), logits + list(range(t, t + q * k))
             cu, seq_lens = cu + list(range(t + q, t + q * k + 1, q)), seq_lens + [q] * k
@@ -161,19 +157,14 @@ class FastRunner:
         return lay, max_kv
 
     def _upload(self, lay: Layout, out) -> None:
-        """The step's one copy, then the ids still on the device put in place (async scheduling, engine.py)."""
+        """The step's one copy, then the ids still on the device put in place (async scheduling, step.py)."""
         self.buf.upload(lay)
-        fill_pending(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled)
+        if self.in_flight:
+            fill_in_flight(self.buf.view(lay.ids, torch.int64, lay.T), out.scheduled, self.in_flight)
 
     def meta(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
-        f = self.buf.tensors(lay)
-        block_table = self.buf.table.index_select(0, f["rows"])      # [S, W]: one gather launch
-        meta = FastMeta(positions=f["positions"], slot_mapping=f["slot_mapping"], cu_seqlens_q=f["cu_seqlens_q"],
-                        seq_lens_kv=f["seq_lens_kv"], block_table=block_table, block_size=self.block_size,
-                        max_seqlen_q=max_seqlen_q, logits_indices=f["logits_indices"],
-                        max_seqlen_kv=max_seqlen_kv, num_splits=num_splits,
-                        pdl=getattr(self.ops, "pdl", False))      # FusedOps decides (TorchOps: never)
-        return f["input_ids"], meta
+        return self.buf.meta(lay, self.block_size, max_seqlen_q, max_seqlen_kv, num_splits,
+                             pdl=getattr(self.ops, "pdl", False))      # FusedOps decides (TorchOps: never)
 
     def forward(self, lay: Layout, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int):
         input_ids, meta = self.meta(lay, max_seqlen_q, max_seqlen_kv, num_splits)
@@ -206,3 +197,25 @@ class FastRunner:
             if rows[s][:need] != req.kv.blocks[:need]:
                 raise RuntimeError(f"block table row of {req.request_id} is {rows[s][:need]}, its blocks are "
                                    f"{req.kv.blocks[:need]}: the incremental update lost a change (a bug)")
+
+
+def fill_in_flight(input_ids, scheduled, in_flight: dict) -> None:
+    """Async scheduling (step.py): a decoding request's newest token may still be on the device,
+    sampled by the step before and not yet seen by the host (``prepare`` put a 0 in its place).
+    Copy each from the sampler's output into its place in this step's ``input_ids``, on the
+    device, in stream order: the forward launched next reads it, and the host never waits."""
+    dst, src, t, ids = [], [], 0, None
+    for req, n in scheduled:
+        got = in_flight.get(req.request_id)
+        if got is not None:
+            ids, i = got
+            dst.append(t + n - 1)                             # its newest token ends its chunk
+            src.append(i)
+        t += n
+    if not dst:
+        return
+    if dst == src and dst[-1] == len(dst) - 1:                # the usual decode step: same rows, same order
+        input_ids[:len(dst)].copy_(ids[:len(dst)])
+    else:
+        idx = to_device([dst, src], torch.int64, input_ids.device)   # pinned: the host does not wait
+        input_ids[idx[0]] = ids[idx[1]]

@@ -24,12 +24,23 @@ back with a new block list, and a new row).
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from l3_paged.metadata import PagedMeta
+
 I64, I32 = 8, 4
 ALIGN = 16                                          # bytes: Triton's pointer specialization
+
+
+@dataclass
+class FastMeta(PagedMeta):
+    """Stage 3's metadata, and the host ints the fast kernels choose by."""
+    max_seqlen_kv: int = 0            # host int: bounds the context, for the split choice
+    num_splits: int = 1               # host int: key splits per sequence in decode steps (1: stage 3's kernel)
+    pdl: bool = False                 # the split kernels with programmatic dependent launch (pdl.py)
 
 
 class Layout:
@@ -142,7 +153,7 @@ class StepInputs:
 
     def pad_only(self, B: int, pad_slot: int, q: int = 1) -> Layout:
         """A step of B padding sequences of q tokens each (positions 0..q-1, PAD slots, the PAD row),
-        every token sampling: a graph capture's inputs (q = 1: decode; q > 1: lesson 11's verify)."""
+        every token sampling: a graph capture's inputs (q = 1: a decode step)."""
         T = B * q
         lay = Layout(T, B, T, 0)
         self.write(lay, [0] * T, list(range(q)) * B, [pad_slot] * T, list(range(T)), list(range(0, T + 1, q)),
@@ -171,6 +182,17 @@ class StepInputs:
 
     def view(self, offset: int, dtype, n: int) -> torch.Tensor:
         return self.dev[offset:offset + n * dtype.itemsize].view(dtype)
+
+    def meta(self, lay: Layout, block_size: int, max_seqlen_q: int, max_seqlen_kv: int, num_splits: int,
+             pdl: bool) -> tuple[torch.Tensor, FastMeta]:
+        """The step's input ids and metadata: views of the copied bytes, and the step's block table
+        gathered from its rows (one launch, which a graph captures)."""
+        f = self.tensors(lay)
+        return f["input_ids"], FastMeta(
+            positions=f["positions"], slot_mapping=f["slot_mapping"], cu_seqlens_q=f["cu_seqlens_q"],
+            seq_lens_kv=f["seq_lens_kv"], block_table=self.table.index_select(0, f["rows"]), block_size=block_size,
+            max_seqlen_q=max_seqlen_q, logits_indices=f["logits_indices"], max_seqlen_kv=max_seqlen_kv,
+            num_splits=num_splits, pdl=pdl)
 
     def tensors(self, lay: Layout) -> dict:
         """Device views of the step's fields (no copy, no launch)."""

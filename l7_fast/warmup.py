@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from l3_paged.kernel_config import pick_config
+from plumbing.runtime import INTERPRET  # noqa: F401  (before triton: where kernels run)
 
 import triton
 

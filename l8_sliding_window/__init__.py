@@ -1,14 +1,19 @@
 """Stage 8: sliding-window attention. A windowed layer's query at position p sees keys p - W < j <= p;
-the kernels walk only those, and the KV manager frees the blocks no layer will read again."""
-import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only machines before any kernel exists)
-from l4_sampler.params import SamplingParams
+the kernels walk only those, and the KV manager frees the blocks no layer will read again.
 
-from .attention import paged_attention_window, window_attention_ref, window_keys
-from .cache import WindowedKVCache
-from .groups import KVGroup, kv_cache_groups
-from .kv_manager import SlidingWindowKVManager
-from .llm import LLM, build_engine
-from .runner import GroupedRunner
+    from l8_sliding_window import LLM, SamplingParams
+    llm = LLM("tiny-mistral")                          # every layer windowed: one group, blocks freed
+    llm = LLM("tiny-qwen2-hybrid")                     # full + windowed layers: three groups
+"""
+from plumbing.lazy import exports
 
-__all__ = ["LLM", "build_engine", "SamplingParams", "paged_attention_window", "window_attention_ref", "window_keys",
-           "WindowedKVCache", "SlidingWindowKVManager", "KVGroup", "kv_cache_groups", "GroupedRunner"]
+__getattr__, __dir__, __all__ = exports(__name__, {
+    'l4_sampler.params': ('SamplingParams',),
+    '.stage': ('LLM', 'build_engine', 'STAGES'),
+    '.attention': ('paged_attention_window', 'window_attention_ref', 'window_keys'),
+    '.cache': ('WindowedKVCache',),
+    '.group_managers': ('FullAttentionManager', 'SlidingWindowManager', 'dead_blocks'),
+    '.groups': ('KVGroup', 'kv_cache_groups'),
+    '.inputs': ('GroupInputs', 'GroupMeta'),
+    '.kv_coordinator': ('KVCacheCoordinator',),
+})

@@ -58,6 +58,37 @@ def layer_slots(groups: list[KVGroup], num_layers: int) -> list[tuple[int, int]]
     return out
 
 
+def layer_tensors(groups: list[KVGroup], num_layers: int, shape: tuple, device, dtype, fill: float = 0.0) -> tuple:
+    """A K and a V tensor per tensor index of the groups (``group_size`` of each), listed per model
+    layer: layer i of every group gets the same two tensors."""
+    import torch
+    made = [torch.full(shape, fill, device=device, dtype=dtype) for _ in range(2 * group_size(groups))]
+    slots = layer_slots(groups, num_layers)
+    return [made[2 * t] for _, t in slots], [made[2 * t + 1] for _, t in slots]
+
+
 def pool_blocks(num_blocks: int, groups: list[KVGroup], num_layers: int) -> int:
     """Blocks of the shared pool in the memory of ``num_blocks`` blocks of every layer."""
     return num_blocks * num_layers // group_size(groups)
+
+
+def group_of(meta, g: int) -> tuple:
+    """Group g's block table [S, W] and slot mapping [T] of a step: group 0's are the step's own
+    (stage 7's fields); the others come in ``GroupMeta`` (inputs.py)."""
+    if g == 0:
+        return meta.block_table, meta.slot_mapping
+    return meta.group_tables[g], meta.group_slots[g]
+
+
+def check_fits(config, groups: list[KVGroup]) -> None:
+    """A request of max_model_len tokens must fit the pool alone, at its largest: every block in a
+    full group, the window's bound in a windowed one (else the scheduler could never run it)."""
+    from plumbing.errors import UserError
+    bs, L = config.block_size, config.max_model_len
+    full = -(-L // bs)
+    need = sum(full if g.window is None else min(full, -(-(g.window + config.max_num_batched_tokens - 1) // bs) + 1)
+               for g in groups)
+    if need > config.num_blocks:
+        raise UserError(f"one request of max_model_len = {L} tokens needs up to {need} blocks across its {len(groups)} "
+                        f"KV cache groups, but the pool has {config.num_blocks}: raise num_gpu_blocks_override or "
+                        "lower max_model_len (or max_num_batched_tokens, which bounds a windowed group's chunk).")

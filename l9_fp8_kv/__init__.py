@@ -1,16 +1,20 @@
 """Stage 9: an fp8 KV cache. K and V are stored as float8_e4m3fn codes with scales (per tensor, or
-per token and head), quantized by the fused write kernel and dequantized inside attention."""
-import plumbing.runtime  # noqa: F401  (first: sets TRITON_INTERPRET on CPU-only machines before any kernel exists)
-from l4_sampler.params import SamplingParams
+per token and head), quantized by the fused write kernel and dequantized inside attention.
 
-from .attention import fp8_attention_ref, paged_attention_fp8
-from .attention_split import paged_attention_fp8_split
-from .cache import KV_CACHE_DTYPES, Fp8KVCache
-from .e4m3 import dequantize_kv, quantize_kv
-from .llm import LLM, build_engine
-from .ops import Fp8Ops
-from .write import rope_write_fp8
+    from l9_fp8_kv import LLM, SamplingParams
+    llm = LLM("tiny-qwen3", kv_cache_dtype="fp8")                  # vLLM's per-tensor scale (1.0)
+    llm = LLM("tiny-qwen3", kv_cache_dtype="fp8_per_token_head")   # a scale per token and head
+    llm = LLM("tiny-qwen3")                                        # "auto": the model's dtype, stage 8 exactly
+"""
+from plumbing.lazy import exports
 
-__all__ = ["LLM", "build_engine", "SamplingParams", "paged_attention_fp8", "paged_attention_fp8_split",
-           "fp8_attention_ref", "Fp8KVCache", "KV_CACHE_DTYPES", "quantize_kv", "dequantize_kv", "Fp8Ops",
-           "rope_write_fp8"]
+__getattr__, __dir__, __all__ = exports(__name__, {
+    'l4_sampler.params': ('SamplingParams',),
+    '.stage': ('LLM', 'build_engine', 'STAGES'),
+    '.attention': ('fp8_attention_ref', 'paged_attention_fp8'),
+    '.attention_split': ('paged_attention_fp8_split',),
+    '.cache': ('Fp8KVCache',),
+    '.e4m3': ('dequantize_kv', 'quantize_kv'),
+    '.options': ('KV_CACHE_DTYPES',),
+    '.write': ('rope_write_fp8',),
+})

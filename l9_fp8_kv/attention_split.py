@@ -23,7 +23,7 @@ import triton.language as tl
 
 from l3_paged.attention_triton import LOG2E
 from l3_paged.kernel_config import KernelConfig
-from l7_fast.attention_split import _merge, _split_chunk, pick_num_splits, split_config
+from l7_fast.attention_split import MAX_SPLITS, WAVES, _merge, _split_chunk, split_config
 
 from .attention import NO_WINDOW, _fp8_tiles, _tensor_scales, check_fp8_cache, dot_dtype, paged_attention_fp8
 from .write import kernel_view
@@ -46,7 +46,10 @@ def fp8_num_splits(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: i
     kernel a last, partial wave cost more than it shared (H100, 8 x 8,192, 8 KV heads, 132 SMs: 6
     splits 66.5 us, 7 splits 73.1 us, 8 splits 77.6 us; docs/benchmarks.md, stage 9). Why it differs
     from the bf16 kernel there is not profiled. (Stage 7's rule rounds up to a power of two.)"""
-    return pick_num_splits(num_seqs, num_kv_heads, max_kv_len, num_sms, at_most_waves=True, min_keys=FP8_MIN_KEYS)
+    base = num_seqs * num_kv_heads
+    if base >= num_sms:
+        return 1
+    return max(1, min((WAVES * num_sms) // base, max_kv_len // FP8_MIN_KEYS, MAX_SPLITS))
 
 
 @triton.jit(do_not_specialize=["num_splits", "window"])

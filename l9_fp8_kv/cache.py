@@ -1,4 +1,4 @@
-"""Stage 8's KV cache, stored in e4m3 with scales.
+"""An fp8 KV cache: e4m3 codes with scales, for any KV cache groups (stage 8's, or one).
 
     K[layer], V[layer]              [num_blocks + 1, block_size, H_kv, D]  float8_e4m3fn (1 byte a value)
     k_scale[layer], v_scale[layer]  [num_blocks + 1, block_size, H_kv]     float32
@@ -7,9 +7,10 @@
         "fp8_per_token_head"        its own storage: one scale per token and head, written with the codes
 
 The tensors are shared between KV cache groups as in stage 8 (layer i of every group in tensor
-i), the scale tensors with them. Writes go through the fused kernel (write.py, called by ops.py)
-or, on the torch path, through ``set_kv`` and ``quantize_kv``; attention through stage 9's
-kernels (attention.py, attention_split.py) or their reference.
+i), the scale tensors with them; a checkpoint without windows is one group. Writes go through
+the fused kernel (write.py: norm, RoPE and quantization in one) or, on the torch path, through
+``set_kv`` and ``quantize_kv``; attention through stage 9's kernels (attention.py,
+attention_split.py: any window, or none) or their reference.
 
 A block of g layers holds 2 g block_size H_kv (D + s) bytes, s = 4 for per token-head scales and
 0 for per-tensor ones: against bfloat16's 2 g block_size H_kv 2 D, 2x the blocks in the same
@@ -20,15 +21,13 @@ from __future__ import annotations
 import torch
 
 from l3_paged.validate import check_paged_layout
-from l7_fast.cache import FastMeta
-from l8_sliding_window.cache import WindowedKVCache
-from l8_sliding_window.groups import KVGroup, group_size
+from l7_fast.cache import norm_args
+from l8_sliding_window.groups import KVGroup, group_of, group_size, layer_slots, layer_tensors
 
 from .attention import check_fp8_cache, fp8_attention_ref, paged_attention_fp8
 from .attention_split import fp8_num_splits, paged_attention_fp8_split
 from .e4m3 import FP8, quantize_kv
-
-KV_CACHE_DTYPES = {"fp8": False, "fp8_e4m3": False, "fp8_per_token_head": True}   # name -> per token-head?
+from .write import rope_write_fp8
 
 
 def bytes_per_block(cfg, groups: list[KVGroup], block_size: int, per_token: bool) -> int:
@@ -36,17 +35,21 @@ def bytes_per_block(cfg, groups: list[KVGroup], block_size: int, per_token: bool
     return 2 * group_size(groups) * block_size * cfg.num_kv_heads * (cfg.head_dim + (4 if per_token else 0))
 
 
-class Fp8KVCache(WindowedKVCache):
+class Fp8KVCache:
+    sliding_windows = True                           # stage 9's kernels take any window (or none)
+
     def __init__(self, cfg, groups: list[KVGroup], num_blocks: int, block_size: int, device, dtype,
                  impl: str = "triton", per_token: bool = False):
-        super().__init__(cfg, groups, num_blocks, block_size, device, FP8, impl=impl)
+        """``num_blocks``: the pool's e4m3 blocks (``fp8_pool_blocks``); ``dtype``: the model's."""
+        full = (num_blocks + 1, block_size, cfg.num_kv_heads, cfg.head_dim)      # [N + PAD, B, H_kv, D]
+        self.groups, self.slots = groups, layer_slots(groups, cfg.num_layers)    # layer -> (group, tensor)
+        self.K, self.V = layer_tensors(groups, cfg.num_layers, full, device, FP8)   # shared like stage 8's
+        self.block_size, self.impl, self.num_blocks = block_size, impl, num_blocks
+        self.pad_block, self.pad_slot = num_blocks, num_blocks * block_size
         self.model_dtype, self.per_token = dtype, per_token
-        shape = self.K[0].shape[:3]
-        if per_token:
-            tensors = [torch.ones(shape, device=device, dtype=torch.float32) for _ in range(2 * group_size(groups))]
-            ks, vs = tensors[::2], tensors[1::2]
-            self.k_scale = [ks[t] for _, t in self.slots]               # shared like K and V
-            self.v_scale = [vs[t] for _, t in self.slots]
+        shape = full[:3]
+        if per_token:                                                   # shared like K and V
+            self.k_scale, self.v_scale = layer_tensors(groups, cfg.num_layers, shape, device, torch.float32, 1.0)
         else:
             one = [torch.ones(1, device=device, dtype=torch.float32).expand(shape) for _ in range(2 * cfg.num_layers)]
             self.k_scale, self.v_scale = one[::2], one[1::2]            # one value per layer, 0 strides
@@ -78,11 +81,21 @@ class Fp8KVCache(WindowedKVCache):
             if self.per_token:
                 scales.view(-1, h)[slot_mapping] = s
 
-    def attend_cached(self, layer: int, q, meta: FastMeta):
+    def attend(self, layer: int, q, k, v, meta):                    # the torch ops path (TorchOps)
+        self.set_kv(layer, group_of(meta, self.slots[layer][0])[1], k, v)
+        return self.attend_cached(layer, q, meta)
+
+    def rope_attend(self, attn, q, k, v, cos, sin, meta, pdl: bool = False):   # the fused ops path
+        """Norm, RoPE and e4m3 quantization in one write kernel (write.py; no PDL), then attention."""
+        layer = attn.layer_idx
+        q = rope_write_fp8(q, k, v, cos, sin, self.K[layer], self.V[layer], self.k_scale[layer], self.v_scale[layer],
+                           group_of(meta, self.slots[layer][0])[1], per_token=self.per_token, **norm_args(attn))
+        return self.attend_cached(layer, q, meta)
+
+    def attend_cached(self, layer: int, q, meta):
         g = self.slots[layer][0]
-        table = meta.group_tables[g] if g else meta.block_table
         args = (q, self.K[layer], self.V[layer], self.k_scale[layer], self.v_scale[layer], meta.cu_seqlens_q,
-                meta.seq_lens_kv, table)
+                meta.seq_lens_kv, group_of(meta, g)[0])
         window = self.groups[g].window
         if self.impl == "torch":
             return fp8_attention_ref(*args, window=window)

@@ -19,9 +19,9 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 
 from .errors import UserError
+from .options import add_flags
 
 DEFAULT_PROMPT = "The capital of France is"
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -71,17 +71,24 @@ def positive_or_none(flag: str, value: int | None) -> int | None:
     return value
 
 
-def base_parser(stage: str, doc: str) -> argparse.ArgumentParser:
+def base_parser(stage: str, doc: str, engine=None, defaults: dict | None = None, skip=()) -> argparse.ArgumentParser:
+    """The smoke-script flags. ``engine``: the engine options of a scheduler stage
+    (``lN_*.options.ENGINE_OPTIONS``), each a flag (plumbing/options.py; ``--model``, ``--device``
+    and ``--dtype`` among them), with ``defaults`` for the script's run and ``skip`` left out."""
     p = Parser(prog=f"{stage}_smoke", description=doc)
-    p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: tiny-qwen3 (default), tiny-llama, tiny-qwen2, tiny-mistral and tiny-qwen2-hybrid (sliding windows: stage 8)")
+    if engine is None:
+        p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: "
+                       "tiny-qwen3 (default), tiny-llama, tiny-qwen2, tiny-mistral and tiny-qwen2-hybrid")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--prompt", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     g.add_argument("--prompt-ids", default=None, help="comma-separated token ids, e.g. 1,2,3")
     p.add_argument("--max-new-tokens", type=int, default=20)
-    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
-                   help="default: bfloat16 on cuda, float32 on cpu")
+    if engine is None:
+        p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+        p.add_argument("--dtype", default=None, choices=DTYPE_NAMES, help="default: bfloat16 on cuda, float32 on cpu")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    if engine is not None:
+        add_flags(p, engine, defaults, skip)
     return p
 
 
@@ -111,47 +118,6 @@ def check_device_dtype(device: str, dtype_name: str):
     except RuntimeError as e:
         raise UserError(f"--dtype {dtype_name} is not supported on {device} ({str(e)[:80]}): use float32.") from None
     return dtype
-
-
-@dataclass
-class Loaded:
-    model: object                   # l1_dense.model.CausalLM
-    tokenizer: object
-    prompt_ids: list[int]
-    label: str
-    device: str
-    dtype_name: str
-
-    def text(self, ids: list[int]) -> str:
-        return NO_TEXT if self.tokenizer is None else self.tokenizer.decode(ids)
-
-
-def load(args) -> Loaded:
-    """Device, dtype, checkpoint, tokenizer, prompt ids and the model (torch loads here)."""
-    from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
-    from l1_dense.config import ModelConfig
-    from .runtime import default_device, default_dtype
-    device = args.device or default_device()
-    dtype_name = args.dtype or dtype_name_of(default_dtype(device))
-    dtype = check_device_dtype(device, dtype_name)
-    if device == "cpu" and dtype_name != "float32":
-        note(f"--dtype {dtype_name} on cpu: its tokens differ from the float32 ones the lessons quote "
-             "(the lessons' CPU outputs are float32, the default on cpu).")
-    path = resolve_model_dir(args.model)
-    ModelConfig.from_dir(path)                       # a broken config.json fails here, named, before the tokenizer
-    tokenizer = load_tokenizer(path)
-    if args.prompt_ids is not None:
-        try:
-            prompt_ids = [int(t) for t in args.prompt_ids.split(",") if t.strip()]
-        except ValueError:
-            raise UserError(f"--prompt-ids must be comma-separated integers, got {args.prompt_ids!r}.") from None
-    else:
-        prompt = DEFAULT_PROMPT if args.prompt is None else args.prompt
-        if tokenizer is None:
-            raise UserError(f"{path} has no tokenizer files, so --prompt cannot be encoded: pass --prompt-ids 1,2,3.")
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    model = load_model(path, device, dtype)
-    return Loaded(model, tokenizer, prompt_ids, args.model or "tiny-qwen3 (built-in)", device, dtype_name)
 
 
 def report(stage: str, ld: Loaded, token_ids: list[int], as_json: bool, extra: dict | None = None,

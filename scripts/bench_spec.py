@@ -94,7 +94,7 @@ def engine(args, path, k, method="replay", max_batch=8):
 
 def run_mode(llm, prompts, n, rate=None, limit=0):
     """One measurement: speculation off (limit 0) or on with the replay drafter at ``rate``."""
-    spec = llm.llm_engine.speculator
+    spec = llm.llm_engine.step_order.speculator
     spec.disable_by_batch_size = limit
     if rate is not None:
         spec.drafter.rate = rate
@@ -111,9 +111,9 @@ def references(llm, prompts, n, limit):
     random model is all near-ties, so the guesses follow the alpha = 0 run (every token is then the
     target's own at verify row 0), not the baseline."""
     base, ref_base = run_mode(llm, prompts, n)[:2]
-    llm.llm_engine.speculator.drafter.reference = {tuple(p): r for p, r in zip(prompts, ref_base)}
+    llm.llm_engine.step_order.speculator.drafter.reference = {tuple(p): r for p, r in zip(prompts, ref_base)}
     verify, ref_spec = run_mode(llm, prompts, n, 0.0, limit)[:2]
-    llm.llm_engine.speculator.drafter.reference = {tuple(p): r for p, r in zip(prompts, ref_spec)}
+    llm.llm_engine.step_order.speculator.drafter.reference = {tuple(p): r for p, r in zip(prompts, ref_spec)}
     return base, verify, ref_base, ref_spec
 
 
@@ -158,7 +158,7 @@ def ngram_row(args, path, vocab):
     prompt = (chunk * (args.prompt_len // 32 + 1))[:args.prompt_len]
     llm = engine(args, path, 4, method="ngram")
     base, ref = run_mode(llm, [prompt], args.new_tokens)[:2]
-    spec = llm.llm_engine.speculator
+    spec = llm.llm_engine.step_order.speculator
     spec.disable_by_batch_size, spec.drafted, spec.accepted, spec.verify_steps, spec.filled = 8, 0, 0, 0, 0
     ms, outs = ms_per_token(llm, [prompt], args.new_tokens)
     row = dict(base_ms=base, spec_ms=ms, speedup=base / ms, acceptance=spec.acceptance_rate(),

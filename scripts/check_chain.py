@@ -14,7 +14,8 @@ import sys
 import time
 
 import _path  # noqa: F401
-from plumbing.cli import base_parser, load, note, run_main
+from plumbing.cli import base_parser, note, run_main
+from harness.smoke import load
 
 
 def print_refusals(refused: dict) -> None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import sys
 
 import _path  # noqa: F401
-from plumbing.cli import base_parser, load, note, run_main
+from plumbing.cli import base_parser, note, run_main
+from harness.smoke import load
 from plumbing.errors import UserError
 
 TOL = {"float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}  # atol = rtol, on hidden states

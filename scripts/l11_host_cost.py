@@ -37,9 +37,9 @@ class GivenLogits:
     def execute(self, out):
         import torch
         from l5_scheduler.runner import RunnerOutput
-        tops = [self.cont[p + 1 - self.P]
-                for (req, n), s in zip(out.scheduled, out.sample) if s
-                for p in range(req.kv.cur_len + n - 1 - len(req.spec_ids), req.kv.cur_len + n)]
+        tops = [self.cont[p + 1 - self.P]                       # a request's last ``s`` positions sample
+                for (req, n), s in zip(out.scheduled, out.sample)
+                for p in range(req.kv.cur_len + n - s, req.kv.cur_len + n)]
         logits = torch.zeros(len(tops), V)
         logits[torch.arange(len(tops)), torch.tensor(tops)] = 1.0
         return RunnerOutput(logits, None, logits.argmax(-1))
@@ -54,12 +54,14 @@ def per_step_ms(rate: float, k: int, n: int) -> tuple[float, float]:
     from l6_prefix_cache.kv_manager import KVCacheManager
     from l11_spec_decode.drafters import ReplayDrafter
     from l11_spec_decode.speculator import Speculator
+    from l11_spec_decode.step import SpeculativeStep
     prompt = [1, 2, 3, 4] * 32
     cont = [(i * 7 + 3) % V for i in range(n + 8)]
     spec = Speculator(ReplayDrafter({tuple(prompt): cont}, rate, V), k, 100_000, 8)
     model = SimpleNamespace(cfg=SimpleNamespace(vocab_size=V, eos_token_ids=()))
+    runner = GivenLogits(cont, len(prompt))
     eng = LLMEngine(model, None, EngineConfig(16, 4096, 8192, 64, 100_000), scheduler=Scheduler(KVCacheManager(4096, 16),
-                    8192, 64), runner=GivenLogits(cont, len(prompt)), sampler=Sampler(0), speculator=spec)
+                    8192, 64), runner=runner, sampler=Sampler(0), step=SpeculativeStep(spec, runner))
     eng.keep_stats = False
     rid = eng.add_request({"prompt_token_ids": prompt}, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True))
     eng.step()                                        # the prefill, not timed

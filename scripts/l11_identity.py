@@ -59,7 +59,7 @@ def row(args, family, name, prompts) -> tuple[str, bool]:
                    reference={tuple(p): r for p, r in zip(prompts, ref)})
         llm = LLM(f"tiny-{family}", **engine_kw(args), speculative_config=cfg)
         same = generate(llm, prompts, args.new_tokens) == ref
-        s = llm.llm_engine.speculator
+        s = llm.llm_engine.step_order.speculator
         tested = 0 < s.accepted < s.drafted
         cells.append(("same" if same else "DIFF") + ("" if tested else " (untested)")
                      + f" {s.accepted}/{s.drafted}")

@@ -5,7 +5,8 @@
 """
 import _path  # noqa: F401  (repo root on sys.path when run as a file)
 
-from plumbing.cli import Watch, base_parser, load, positive_or_none, report, run_main
+from plumbing.cli import Watch, base_parser, positive_or_none, report, run_main
+from harness.smoke import load
 
 
 def main(argv=None):

@@ -6,7 +6,8 @@
 """
 import _path  # noqa: F401
 
-from plumbing.cli import base_parser, load, report, run_main
+from plumbing.cli import base_parser, report, run_main
+from harness.smoke import load
 from paged_cli import add_paging_args, check_paging_args, paged_run
 
 

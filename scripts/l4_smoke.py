@@ -9,7 +9,8 @@ checked against stages 1-3 and the oracle. --max-new-tokens is SamplingParams.ma
 """
 import _path  # noqa: F401
 
-from plumbing.cli import base_parser, load, note, report, run_main
+from plumbing.cli import base_parser, note, report, run_main
+from harness.smoke import load
 from plumbing.errors import UserError
 from paged_cli import add_paging_args, check_paging_args, paged_run
 from l4_sampler.params import GREEDY_EPS, SamplingParams

@@ -9,7 +9,8 @@
 The defaults (harness/l5_demo.py: a 32-token budget, 14 blocks of 8 tokens) are small on purpose: the long prompt is
 prefilled in chunks, and the pool runs out so that a request is preempted and recomputed. The
 usual prompt's tokens must still equal stage 4's. Every l4_smoke flag works here and applies to
-every request (the others keep their own max_tokens); --num-blocks is num_gpu_blocks_override.
+every request (the others keep their own max_tokens). The engine's flags are its options
+(l5_scheduler/options.py; ``--help`` lists them), with the demo's defaults for the sizes.
 """
 import sys
 import time
@@ -17,22 +18,26 @@ import time
 import _path  # noqa: F401
 from harness.l5_demo import BLOCK_SIZE, BUDGET, EXTRAS, NUM_BLOCKS, add_demo_requests, extra_prompts
 from l4_smoke import add_sampling_args, note_ignored, sampling_params
-from plumbing.cli import base_parser, load, positive_or_none, report, run_main
+from plumbing.cli import base_parser, report, run_main
+from harness.smoke import load
 from plumbing.errors import UserError
 
-def add_engine_args(p, num_blocks: int = NUM_BLOCKS, extras: int = len(EXTRAS)):
-    g = p.add_argument_group("engine (vLLM names)")
-    g.add_argument("--block-size", type=int, default=BLOCK_SIZE, help=f"tokens per KV block (default {BLOCK_SIZE})")
-    g.add_argument("--num-blocks", type=int, default=num_blocks,
-                   help=f"KV pool size in blocks: num_gpu_blocks_override (default {num_blocks})")
-    g.add_argument("--max-num-batched-tokens", type=int, default=BUDGET, help=f"token budget per step (default {BUDGET})")
-    g.add_argument("--max-num-seqs", type=int, default=None, help="cap on running requests (default min(256, budget))")
-    g.add_argument("--max-model-len", type=int, default=None, help="longest prompt + output (default: context or pool)")
+DEMO = dict(block_size=BLOCK_SIZE, num_gpu_blocks_override=NUM_BLOCKS, max_num_batched_tokens=BUDGET)
+SKIP = ("seed",)             # the sampling flags' --seed sets every request's seed
+
+
+def parser(stage: str, doc: str, defaults: dict = DEMO, extras: int = len(EXTRAS)):
+    """A scheduler stage's smoke flags: the prompt and sampling flags, the engine's options as flags
+    (``{stage}.options``: this stage's and every earlier one's), and the run's own."""
+    from importlib import import_module
+    p = base_parser(stage, doc, import_module(f"{stage}.options").ENGINE_OPTIONS, defaults, SKIP)
+    add_sampling_args(p)
+    g = p.add_argument_group("the smoke run")
     g.add_argument("--extra-requests", type=int, default=extras, choices=range(extras + 1),
                    help=f"how many other requests run with the usual prompt (0..{extras}, default {extras})")
-    g.add_argument("--impl", choices=["torch", "triton"], default="triton", help="attention path (default triton)")
     g.add_argument("--trace", action="store_true", help="print one line per step")
     g.add_argument("--trace-meta", action="store_true", help="with --trace: also print each step's metadata tensors")
+    return p
 
 
 def print_meta(meta):
@@ -40,22 +45,23 @@ def print_meta(meta):
         print(f"           {name:<14} = {getattr(meta, name).tolist()}")
 
 
-def check_engine_args(args):
-    for flag in ("--block-size", "--num-blocks", "--max-num-batched-tokens", "--max-num-seqs", "--max-model-len"):
-        positive_or_none(flag, getattr(args, flag[2:].replace("-", "_")))
+def engine_options(args, stage: str, defaults: dict = DEMO):
+    """The engine options the flags give (and the run's defaults), checked against their declarations:
+    a bad value fails here, before the model loads."""
+    from importlib import import_module
+    from plumbing.options import given_flags, resolve
     if args.trace_meta and not args.trace:
         raise UserError("--trace-meta prints inside the trace: add --trace.")
+    options = import_module(f"{stage}.options").ENGINE_OPTIONS
+    return resolve({o.name: o for o in options}, given_flags(args, options, defaults, SKIP))
 
 
-def make_engine(args, ld, build_engine=None, **kw):
-    """The stage's engine (``build_engine``: stage 5's unless a later stage passes its own) on the flags' limits."""
-    from l5_scheduler.config import make_config
-    if build_engine is None:
-        from l5_scheduler import build_engine
-    config = make_config(ld.model.cfg, ld.device, next(ld.model.parameters()).dtype, block_size=args.block_size,
-                         num_gpu_blocks_override=args.num_blocks, max_num_batched_tokens=args.max_num_batched_tokens,
-                         max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
-    return build_engine(ld.model, ld.tokenizer, config, impl=args.impl, **kw), config
+def make_engine(values, ld, stage: str, wrap=None):
+    """The stage's engine (its assembler, ``{stage}.stage.build_engine``) for the checked options."""
+    from importlib import import_module
+    from l5_scheduler.llm import engine_config
+    config = engine_config(values, ld.model, ld.device, next(ld.model.parameters()).dtype)
+    return import_module(f"{stage}.stage").build_engine(ld.model, ld.tokenizer, config, args=values, wrap=wrap), config
 
 
 def drive(engine, args, step=None, trace_more=None) -> float:
@@ -123,15 +129,12 @@ def summarize(engine, config, ld, rid, ids, params, seconds):
 
 
 def main(argv=None):
-    p = base_parser("l5_scheduler", __doc__)
-    add_sampling_args(p)
-    add_engine_args(p)
-    args = p.parse_args(argv)
+    args = parser("l5_scheduler", __doc__).parse_args(argv)
     params = sampling_params(args)           # bad values fail here, before the model loads
     note_ignored(args)
-    check_engine_args(args)
+    values = engine_options(args, "l5_scheduler")
     ld = load(args)
-    engine, config = make_engine(args, ld)
+    engine, config = make_engine(values, ld, "l5_scheduler")
     extras = extra_prompts(ld.tokenizer, ld.model.cfg.vocab_size, args.extra_requests)
     rid, ids = add_demo_requests(engine, ld.prompt_ids, params, extras)
     seconds = drive(engine, args)

@@ -2,7 +2,7 @@
 
     python scripts/l6_smoke.py                              # usual prompt + 4 sharing requests
     python scripts/l6_smoke.py --trace                      # one line per step: hits, chunks, preemptions
-    python scripts/l6_smoke.py --no-enable-prefix-caching   # the same run without the cache (= stage 5)
+    python scripts/l6_smoke.py --no-enable-prefix-caching   # the same run without the cache (stage 5's tokens)
     python scripts/l6_smoke.py --extra-requests 0           # the usual prompt alone
 
 The default workload (harness/l6_demo.py) puts a request that *contains* the usual prompt
@@ -10,13 +10,14 @@ first, so the usual prompt finds its blocks cached and computes only its last bl
 must still equal stage 5's. The run ends with the hit rate and the prefill tokens the cache
 saved. Every l5_smoke flag works here.
 """
-import argparse
-
 import _path  # noqa: F401
 from harness import l6_demo as demo
-from l4_smoke import add_sampling_args, note_ignored, sampling_params
-from l5_smoke import add_engine_args, check_engine_args, drive, make_engine, summarize
-from plumbing.cli import base_parser, load, report, run_main
+from harness.smoke import load
+from l4_smoke import note_ignored, sampling_params
+from l5_smoke import DEMO, drive, engine_options, make_engine, parser, summarize
+from plumbing.cli import report, run_main
+
+DEMO6 = dict(DEMO, num_gpu_blocks_override=demo.NUM_BLOCKS)    # stage 6's demo pool: two blocks more
 
 
 def cache_trace(engine, enabled: bool):
@@ -25,18 +26,13 @@ def cache_trace(engine, enabled: bool):
 
 
 def main(argv=None):
-    p = base_parser("l6_prefix_cache", __doc__)
-    add_sampling_args(p)
-    add_engine_args(p, num_blocks=demo.NUM_BLOCKS, extras=len(demo.MAX_TOKENS))
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="share cached KV blocks between requests (default on, as in vLLM v1)")
-    args = p.parse_args(argv)
+    args = parser("l6_prefix_cache", __doc__, DEMO6, len(demo.MAX_TOKENS)).parse_args(argv)
     params = sampling_params(args)
     note_ignored(args)
-    check_engine_args(args)
-    from l6_prefix_cache import build_engine
+    values = engine_options(args, "l6_prefix_cache", DEMO6)
+    args.enable_prefix_caching = values.enable_prefix_caching
     ld = load(args)
-    engine, config = make_engine(args, ld, build_engine, enable_prefix_caching=args.enable_prefix_caching)
+    engine, config = make_engine(values, ld, "l6_prefix_cache")
     rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
     seconds = drive(engine, args, trace_more=cache_trace(engine, args.enable_prefix_caching))
     comp, extra, lines = summarize(engine, config, ld, rid, ids, params, seconds)

@@ -10,35 +10,25 @@ The usual prompt's tokens must equal stage 6's (and so lesson 1's). On a CPU the
 graph (every step runs eagerly, through the Triton interpreter, and says so), and --profile
 reports host time only: kernel counts need the CUDA profiler. Every l6_smoke flag works here.
 """
-import argparse
 import sys
 
 import _path  # noqa: F401
 from harness import l6_demo as demo
-from l4_smoke import add_sampling_args, note_ignored, sampling_params
-from l5_smoke import add_engine_args, check_engine_args, drive, make_engine, summarize
-from l6_smoke import cache_trace
-from plumbing.cli import base_parser, load, report, run_main
+from harness.smoke import load
+from l4_smoke import note_ignored, sampling_params
+from l5_smoke import drive, engine_options, make_engine, summarize
+from l5_smoke import parser as engine_parser
+from l6_smoke import DEMO6, cache_trace
+from plumbing.cli import report, run_main
 
 
-def build(args, ld, profiler=None, build_engine=None):
-    """The engine, built by ``build_engine`` (default: stage 7's; l8_smoke passes stage 8's)."""
-    if build_engine is None:
-        from l7_fast import build_engine
-    kw = dict(enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
-              fused_ops=args.fused_ops, split_kv=args.split_kv, profiler=profiler)
-    if args.async_scheduling is not None:            # unset: the stage's default (on; off with a drafter)
-        kw["async_scheduling"] = args.async_scheduling
-    return make_engine(args, ld, build_engine, **kw)
-
-
-def profile_lines(args, ld, params, profiler, build_engine=None) -> tuple[list[str], dict]:
+def profile_lines(args, ld, params, profiler, values, stage: str) -> tuple[list[str], dict]:
     """Timing table from the run itself; on CUDA, kernels and launches from a second, profiled run."""
     from l7_fast.profile import kernel_profile, summarize_timings
     modes = summarize_timings(profiler.timings)
     kernels = {}
     if ld.device.startswith("cuda"):
-        again, _ = build(args, ld, build_engine=build_engine)
+        again, _ = make_engine(values, ld, stage)
         demo.add_demo_requests(again, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
         while again.has_unfinished_requests():
             k = kernel_profile(again.step)
@@ -58,23 +48,10 @@ def profile_lines(args, ld, params, profiler, build_engine=None) -> tuple[list[s
     return lines, dict(modes=modes, kernels=kernels)
 
 
-def parser(stage: str, doc: str):
-    """l7_smoke's flags (every l6_smoke flag, and stage 7's); l8_smoke adds nothing to them."""
-    p = base_parser(stage, doc)
-    add_sampling_args(p)
-    add_engine_args(p, num_blocks=demo.NUM_BLOCKS, extras=len(demo.MAX_TOKENS))
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
-                   help="share cached KV blocks between requests (default on, as in vLLM v1)")
-    g = p.add_argument_group("stage 7")
-    g.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (vLLM's name)")
-    g.add_argument("--fused-ops", action=argparse.BooleanOptionalAction, default=True,
-                   help="fused Triton norm / RoPE+KV-write / SiLU kernels (default on; off: the torch ops)")
-    g.add_argument("--split-kv", action=argparse.BooleanOptionalAction, default=True,
-                   help="split the keys of decode steps over more programs (default on)")
-    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
-                   help="schedule and launch step n+1 before waiting for step n's tokens (default on; "
-                        "off with speculative decoding)")
-    g.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
+def parser(stage: str, doc: str, defaults: dict = DEMO6):
+    """l7_smoke's flags: every l6_smoke flag (the engine's options up to ``stage``), and --profile."""
+    p = engine_parser(stage, doc, defaults, len(demo.MAX_TOKENS))
+    p.add_argument("--profile", action="store_true", help="per-step breakdown: host time, GPU wait, kernels, launches")
     return p
 
 
@@ -83,18 +60,20 @@ def main(argv=None):
     run(args, "l7_fast")
 
 
-def run(args, stage: str, build_engine=None, observer=None) -> None:
+def run(args, stage: str, observer=None, defaults: dict = DEMO6) -> None:
     """Build, drive and report. ``observer(engine)`` (l8_smoke) returns (after_step, lines, extra)."""
     params = sampling_params(args)
     note_ignored(args)
-    check_engine_args(args)
+    values = engine_options(args, stage, defaults)
+    for name in ("enable_prefix_caching", "enforce_eager", "fused_ops", "split_kv"):
+        setattr(args, name, getattr(values, name))   # the run's settings, as the report shows them
     ld = load(args)
-    if args.enforce_eager and not ld.device.startswith("cuda"):
+    if values.enforce_eager and not ld.device.startswith("cuda"):
         print("note       : --enforce-eager changes nothing on a CPU: there are no CUDA graphs, every step is eager",
               file=sys.stderr)
     from l7_fast import Profiler
     profiler = Profiler() if args.profile else None
-    engine, config = build(args, ld, profiler, build_engine)
+    engine, config = make_engine(values, ld, stage, wrap=profiler.wrap if profiler else None)
     rid, ids = demo.add_demo_requests(engine, ld.prompt_ids, params, ld.tokenizer, args.extra_requests)
     after, more_lines, more_extra = observer(engine) if observer else (None, None, None)
 
@@ -109,7 +88,7 @@ def run(args, stage: str, build_engine=None, observer=None) -> None:
         lines += more_lines()
         extra.update(more_extra())
     if args.profile:
-        more, prof = profile_lines(args, ld, params, profiler, build_engine)
+        more, prof = profile_lines(args, ld, params, profiler, values, stage)
         lines += more
         extra["profile"] = prof
     report(stage, ld, comp.token_ids, args.json, extra=extra, lines=lines)

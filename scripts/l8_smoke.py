@@ -21,6 +21,10 @@ def observer(engine):
     """After every step: the most blocks one request held per group (a windowed group: at most
     ceil(W / block_size) + 1 between steps; a full group: its whole history)."""
     kv = engine.scheduler.kv
+    if not hasattr(kv, "windows"):                   # no window: stage 7's KV manager, one full group
+        return None, lambda: ["window     : 1 group(s): full (every layer); no block freed by a window"], \
+            lambda: dict(kv_groups=[dict(window=None, layers=list(range(engine.model.cfg.num_layers)))],
+                         blocks_freed=0, pool_blocks=kv.num_blocks)
     most = [0] * len(kv.windows)
 
     def after():
@@ -43,8 +47,7 @@ def observer(engine):
 
 def main(argv=None):
     args = parser("l8_sliding_window", __doc__).parse_args(argv)
-    from l8_sliding_window import build_engine
-    run(args, "l8_sliding_window", build_engine, observer)
+    run(args, "l8_sliding_window", observer)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,10 @@ agreement with the oracle is measured by ``scripts/l9_accuracy.py`` and reported
 fp8 line. Adds a ``kv cache`` line (storage dtype, scales, pool blocks, bytes) to stage 8's
 ``window`` line. Every l8_smoke flag works here.
 """
-import functools
-
 import _path  # noqa: F401
 from l7_smoke import parser, run
 from l8_smoke import observer as window_observer
 from plumbing.cli import run_main
-
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_per_token_head")
 
 
 def observer(engine):
@@ -38,14 +34,8 @@ def observer(engine):
 
 
 def main(argv=None):
-    p = parser("l9_fp8_kv", __doc__)
-    p.add_argument_group("stage 9").add_argument(
-        "--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
-        help="auto: the model's dtype (stage 8); fp8 / fp8_e4m3: e4m3 with vLLM's per-tensor scale; "
-             "fp8_per_token_head: e4m3 with a scale per token and head")
-    args = p.parse_args(argv)
-    from l9_fp8_kv import build_engine
-    run(args, "l9_fp8_kv", functools.partial(build_engine, kv_cache_dtype=args.kv_cache_dtype), observer)
+    args = parser("l9_fp8_kv", __doc__).parse_args(argv)
+    run(args, "l9_fp8_kv", observer)
 
 
 if __name__ == "__main__":

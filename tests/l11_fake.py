@@ -1,6 +1,6 @@
 """A fake model for driving the real engine loop with speculation on (stage 5's LLMEngine and
-Scheduler, stage 6's prefix-caching KV manager, stage 4's Sampler, stage 11's Speculator) without
-a network. Used by tests/test_l11_fuzz.py.
+Scheduler, stage 6's prefix-caching KV manager, stage 4's Sampler, stage 11's speculative step
+order and Speculator) without a network. Used by tests/test_l11_fuzz.py.
 
 As in tests/l6_fake.py the fake KV cache is a dict ``slot -> (position, token)``. The fake runner
 writes every scheduled token (guesses included) into its slot; at every position that samples (the
@@ -39,6 +39,7 @@ import l6_fake
 from l6_fake import prompt_of
 from l6_prefix_cache.kv_manager import KVCacheManager
 from l11_spec_decode.speculator import Speculator
+from l11_spec_decode.step import SpeculativeStep
 from plumbing.errors import UserError
 
 CHECKS: Counter = Counter()
@@ -66,9 +67,8 @@ class FakeRunner:
             start, slots = req.kv.cur_len, req.kv.slot_indices
             for j, t in enumerate(self.tokens(req, start, n)):
                 self.store[slots[start + j]] = (start + j, t)
-            if sample:
-                for p in range(start + n - 1 - len(req.spec_ids), start + n):
-                    tops.append(next_token(self.read(req, p)))
+            for p in range(start + n - sample, start + n):     # its last ``sample`` positions (the runner's rule)
+                tops.append(next_token(self.read(req, p)))
         logits = torch.zeros(len(tops), V)
         logits[torch.arange(len(tops)), torch.tensor(tops, dtype=torch.int64)] = 1.0
         return RunnerOutput(logits, None)
@@ -104,13 +104,14 @@ class FakeDrafter:
         pass
 
 
-def build(w: Workload, scheduler_cls=Scheduler, speculator_cls=Speculator) -> LLMEngine:
+def build(w: Workload, step_cls=SpeculativeStep, speculator_cls=Speculator) -> LLMEngine:
     config = EngineConfig(w.block_size, w.num_blocks, w.budget, w.max_num_seqs, 100_000)
     model = SimpleNamespace(cfg=SimpleNamespace(vocab_size=V, eos_token_ids=(EOS,)))
     spec = speculator_cls(FakeDrafter(w.rate, w.seed), w.k, config.max_model_len, disable_by_batch_size=1 << 20)
-    return LLMEngine(model, None, config, scheduler=scheduler_cls(KVCacheManager(w.num_blocks, w.block_size), w.budget,
-                                                                  w.max_num_seqs),
-                     runner=FakeRunner(), sampler=Sampler(0), speculator=spec)
+    runner = FakeRunner()
+    return LLMEngine(model, None, config, scheduler=Scheduler(KVCacheManager(w.num_blocks, w.block_size), w.budget,
+                                                              w.max_num_seqs),
+                     runner=runner, sampler=Sampler(0), step=step_cls(spec, runner))
 
 
 def arrivals(w) -> list:
@@ -132,8 +133,8 @@ def arrive(eng, pending: list, step: int, expect: dict) -> dict:
     return added
 
 
-def run(w: Workload, scheduler_cls=Scheduler, speculator_cls=Speculator, max_steps: int = 20_000) -> dict:
-    eng = build(w, scheduler_cls, speculator_cls)
+def run(w: Workload, step_cls=SpeculativeStep, speculator_cls=Speculator, max_steps: int = 20_000) -> dict:
+    eng = build(w, step_cls, speculator_cls)
     sched = eng.scheduler
     pending = arrivals(w)
     expect, step = {}, 0
@@ -151,7 +152,7 @@ def run(w: Workload, scheduler_cls=Scheduler, speculator_cls=Speculator, max_ste
         _check("outputs equal the solo run, however chunked, preempted, prefix-hit or speculated", got == want,
                lambda: f"{rid}: {got} != {want}")
     _check("every request finishes; at the end every block is free or cached", sched.kv.num_free == w.num_blocks)
-    spec = eng.speculator
+    spec = eng.step_order.speculator
     for key, v in (("workloads", 1), ("steps", step), ("requests", len(expect)), ("guesses", spec.drafted),
                    ("guesses accepted", spec.accepted), ("cached tokens reused", sched.kv.stats.hits)):
         EXAMPLES[key] += v

@@ -1,5 +1,5 @@
-"""A fake model for driving the real engine loop with async scheduling on (stage 5's LLMEngine in
-its overlapped order, stage 6's prefix cache, stage 4's Sampler) without a network. Used by
+"""A fake model for driving the real engine loop with async scheduling on (stage 5's LLMEngine with
+stage 7's overlapped step order, stage 6's prefix cache, stage 4's Sampler) without a network. Used by
 tests/test_l7_async.py.
 
 The runner is tests/l11_fake.py's: every scheduled token is written into its slot of a dict, and
@@ -30,6 +30,7 @@ from l5_scheduler.engine import LLMEngine
 from l5_scheduler.scheduler import Scheduler
 import l6_fake
 from l6_prefix_cache.kv_manager import KVCacheManager
+from l7_fast.step import OverlappedStep
 from l11_fake import FakeRunner, arrivals, arrive
 
 CHECKS: Counter = Counter()
@@ -49,6 +50,7 @@ class Runner(FakeRunner):
     def __init__(self):
         super().__init__()
         self.last: dict[str, int] = {}                # request id -> the last position a step computed
+        self.in_flight: dict[str, tuple] = {}         # as stage 7's runner: tokens not on the host yet
 
     def execute(self, out):
         for req, n in out.scheduled:
@@ -56,24 +58,27 @@ class Runner(FakeRunner):
         return super().execute(out)
 
     def tokens(self, req, start: int, n: int) -> list[int]:
-        """``req.tokens``, with a pending token read from the sampler's output (what fill_pending does
-        on the device; the fake's sampler ran on the CPU, so it is there already)."""
+        """``req.tokens``, with a token in flight read from the sampler's output (what fill_in_flight
+        does on the device; the fake's sampler ran on the CPU, so it is there already)."""
         ids = req.tokens(start, n)
-        if req.pending is not None and start + n == req.num_tokens:
-            ids[-1] = int(req.pending[0][req.pending[1]])
+        got = self.in_flight.get(req.request_id)
+        if got is not None and len(ids) < n:
+            ids.append(int(got[0][got[1]]))
         return ids
 
 
-def build(w: Workload, scheduler_cls=Scheduler, async_scheduling: bool = True) -> LLMEngine:
+def build(w: Workload, scheduler_cls=Scheduler, step_cls=OverlappedStep) -> LLMEngine:
+    """``step_cls`` None: stage 5's order."""
     config = EngineConfig(w.block_size, w.num_blocks, w.budget, w.max_num_seqs, 100_000)
     model = SimpleNamespace(cfg=SimpleNamespace(vocab_size=V, eos_token_ids=(EOS,)))
     sched = scheduler_cls(KVCacheManager(w.num_blocks, w.block_size), w.budget, w.max_num_seqs)
-    return LLMEngine(model, None, config, scheduler=sched, runner=Runner(), sampler=Sampler(0),
-                     async_scheduling=async_scheduling)
+    runner = Runner()
+    return LLMEngine(model, None, config, scheduler=sched, runner=runner, sampler=Sampler(0),
+                     step=step_cls(runner) if step_cls is not None else None)
 
 
-def run(w: Workload, scheduler_cls=Scheduler, async_scheduling: bool = True, max_steps: int = 20_000) -> dict:
-    eng = build(w, scheduler_cls, async_scheduling)
+def run(w: Workload, scheduler_cls=Scheduler, step_cls=OverlappedStep, max_steps: int = 20_000) -> dict:
+    eng = build(w, scheduler_cls, step_cls)
     sched = eng.scheduler
     pending = arrivals(w)
     aborts = sorted((step, i) for i, step in w.aborts)

@@ -1,4 +1,4 @@
-"""A fake windowed model for driving the stage 8 KV manager (groups, windows, prefix caching) through
+"""A fake windowed model for driving the stage 8 KV manager (the coordinator: groups, windows, prefix caching) through
 stage 5's scheduler without torch. Used by tests/test_l8_fuzz.py.
 
 The fake cache is one dict ``slot -> (group, position, token)``: groups share the pool, so a
@@ -28,7 +28,7 @@ from l5_scheduler.request import Request, RequestStatus
 from l5_scheduler.scheduler import Scheduler
 import l6_fake
 from l6_fake import prompt_of
-from l8_sliding_window.kv_manager import SlidingWindowKVManager
+from l8_sliding_window.kv_coordinator import KVCacheCoordinator
 
 CHECKS: Counter = Counter()
 EXAMPLES: Counter = Counter()
@@ -65,7 +65,7 @@ def fits_alone(w: Workload, n_tokens: int) -> bool:
     return need <= w.num_blocks
 
 
-def run(w: Workload, kv_cls=SlidingWindowKVManager, max_steps: int = 20_000) -> dict:
+def run(w: Workload, kv_cls=KVCacheCoordinator, max_steps: int = 20_000) -> dict:
     kvm = kv_cls(w.num_blocks, w.block_size, list(w.windows))
     sched = Scheduler(kvm, w.budget, w.max_num_seqs)
     pending = sorted(((a, i, d, s, o, m) for i, (d, s, o, m, a) in enumerate(w.requests)), key=lambda x: x[:2])

@@ -1,6 +1,6 @@
 """Property-based fuzz of speculative decoding in the real engine loop, with a fake model and a fake
 drafter (tests/l11_fake.py): stage 5's scheduler, stage 6's prefix cache, stage 4's sampler and
-stage 11's speculator, on workloads that share prefixes, chunk and preempt, with guesses right 0-100%
+stage 11's speculative step order, on workloads that share prefixes, chunk and preempt, with guesses right 0-100%
 of the time. After every step the driver checks that no refused guess is read or counted as
 computed, and at the end that every output equals the solo run and every block is back.
 
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from l5_fake import breaks, finds
 from l11_fake import Workload, run
-from l5_scheduler.scheduler import Scheduler
 from l11_spec_decode.speculator import Speculator
+from l11_spec_decode.step import SpeculativeStep
 
 
 @st.composite
@@ -45,24 +45,25 @@ def test_l11_fuzz_workloads_really_accept_refuse_share_and_preempt():
 
 
 # ---- every invariant can fail: planted bugs --------------------------------------------------
-class CountsRefusedGuesses(Scheduler):          # advance keeps every scheduled token, guesses included
-    def advance(self, out, rejected=None):
-        super().advance(out)
+class CountsRefusedGuesses(SpeculativeStep):   # every scheduled token's K/V counts, refused guesses included
+    @staticmethod
+    def computed(out, reqs, drafts, new):
+        return [(req, n) for req, (_, n) in zip(reqs, out.scheduled)]
 
 
 class KeepsTheRefusedGuess(Speculator):         # at a mismatch, emits the guess instead of the target's token
-    def verify(self, logits, reqs, sampler, argmax=None):
-        new, lps, where = super().verify(logits, reqs, sampler, argmax)
-        for toks, req in zip(new, reqs):
+    def verify(self, logits, reqs, drafts, sampler, argmax=None):
+        new, lps, where = super().verify(logits, reqs, drafts, sampler, argmax)
+        for toks, d in zip(new, drafts):
             a = len(toks) - 1
-            if a < len(req.spec_ids):
-                toks[-1] = req.spec_ids[a]
+            if a < len(d):
+                toks[-1] = d[a]
         return new, lps, where
 
 
 PLANTED = [
     ("no refused guess is counted as computed: num_computed_tokens <= num_tokens after every step",
-     dict(scheduler_cls=CountsRefusedGuesses)),
+     dict(step_cls=CountsRefusedGuesses)),
     ("outputs equal the solo run, however chunked, preempted, prefix-hit or speculated",
      dict(speculator_cls=KeepsTheRefusedGuess)),
 ]

@@ -83,7 +83,7 @@ def test_l11_speculator_sampling_rows_follow_the_processed_target(k):
     class Req:
         def __init__(self, i):
             self.params = SamplingParams(temperature=0.7, top_k=5, frequency_penalty=0.4, max_tokens=50)
-            self.prompt_ids, self.output_ids, self.spec_ids = [1, 2, 3], [4, 4], [3] * k
+            self.prompt_ids, self.output_ids = [1, 2, 3], [4, 4]
             self.row = RowState(self.params, self.prompt_ids, self.output_ids, ())
 
     R = 20_000
@@ -91,7 +91,7 @@ def test_l11_speculator_sampling_rows_follow_the_processed_target(k):
     base = torch.randn(1, V, generator=g) * 2
     logits = base.repeat(R * (k + 1), 1)
     spec = Speculator(NgramDrafter(1, 2), k, 1024, 8, seed=0)
-    new, _, _ = spec.verify(logits, [Req(i) for i in range(R)], Sampler(0))
+    new, _, _ = spec.verify(logits, [Req(i) for i in range(R)], [[3] * k] * R, Sampler(0))
     row = RowState(Req(0).params, [1, 2, 3], [4, 4], ())
     z = apply_top_k_top_p(apply_temperature(apply_penalties(base.clone(), [row]), [row]), [row])
     assert tv(z.softmax(-1)[0], [t[0] for t in new]) <= 0.015      # 20k draws: 3x the noise at V = 8

@@ -27,7 +27,7 @@ def small(family, **kw):
 
 def check_stats(llm, accepted=True, preempted=True):
     eng = llm.llm_engine
-    spec, stats = eng.speculator, eng.stats
+    spec, stats = eng.step_order.speculator, eng.stats
     assert spec.verify_steps > 0 and spec.drafted > 0, "no draft was verified: the test would test nothing"
     assert not accepted or 0 < spec.accepted, "no draft was accepted"
     assert not preempted or any(s.preempted for s in stats), "the pool was meant to be too small: no preemption happened"
@@ -60,7 +60,7 @@ def test_l11_a_draft_model_equal_to_the_target_is_always_accepted_and_its_blocks
     llm = LLM("tiny-qwen3", **small("qwen3"), **FAST,
               speculative_config=dict(method="draft_model", model="tiny-qwen3", num_speculative_tokens=3))
     assert run(llm) == reference["qwen3"]
-    spec = llm.llm_engine.speculator
+    spec = llm.llm_engine.step_order.speculator
     assert spec.drafted > spec.filled                  # the same model guesses its own greedy tokens: all kept
     assert spec.accepted >= spec.drafted - spec.filled  # (fillers, when its small pool ran dry, may be refused)
     d = spec.drafter
@@ -71,7 +71,7 @@ def test_l11_a_different_draft_model_changes_nothing_but_the_acceptance(referenc
     llm = LLM("tiny-qwen3", **small("qwen3"), **FAST,
               speculative_config=dict(method="draft_model", model="tiny-llama", num_speculative_tokens=2))
     assert run(llm) == reference["qwen3"]
-    spec = llm.llm_engine.speculator
+    spec = llm.llm_engine.step_order.speculator
     assert spec.drafted > 0 and spec.accepted < spec.drafted
 
 
@@ -99,7 +99,7 @@ def test_l11_seeded_sampling_repeats_and_logprobs_follow_the_emitted_tokens():
     oa = a.generate(prompts, SamplingParams(max_tokens=12, **kw), use_tqdm=False)
     ob = b.generate(prompts, SamplingParams(max_tokens=12, **kw), use_tqdm=False)
     assert [o.outputs[0].token_ids for o in oa] == [o.outputs[0].token_ids for o in ob]
-    assert a.llm_engine.speculator.verify_steps > 0
+    assert a.llm_engine.step_order.speculator.verify_steps > 0
     for o in oa:
         c = o.outputs[0]
         assert len(c.logprobs) == len(c.token_ids)
@@ -144,7 +144,7 @@ def test_l11_verify_graph_inputs_give_the_eager_steps_logits(reference, family):
     """What a CUDA-graph replay of a verify step reads (``prepare(out, pad_to=B)``: q tokens per sequence,
     padded to the bucket with PAD sequences, max_seqlen_kv = max_model_len) gives the eager step's
     logits. On the CPU, where no graph exists, the padded inputs run eagerly; the GPU tests replay."""
-    from l7_fast.runner import uniform_verify
+    from l11_spec_decode.graphs import uniform_verify
     ref = run(Stage9(f"tiny-{family}", **small(family), **FAST), n=10)
     cfg = dict(method="replay", num_speculative_tokens=2, acceptance_rate=0.5,
                reference={tuple(p): r for p, r in zip(PROMPTS, ref)})
@@ -193,11 +193,11 @@ def test_l11_identity_check_passes_and_fails_on_a_planted_verifier(monkeypatch, 
     argv = ["--families", "qwen3", "--max-k", "2", "--new-tokens", "10"]
     real = Speculator.verify
 
-    def planted(self, logits, reqs, sampler, argmax=None):
-        new, lps, where = real(self, logits, reqs, sampler, argmax)
-        for toks, req in zip(new, reqs):
-            if len(toks) - 1 < len(req.spec_ids):
-                toks[-1] = req.spec_ids[len(toks) - 1]
+    def planted(self, logits, reqs, drafts, sampler, argmax=None):
+        new, lps, where = real(self, logits, reqs, drafts, sampler, argmax)
+        for toks, d in zip(new, drafts):
+            if len(toks) - 1 < len(d):
+                toks[-1] = d[len(toks) - 1]
         return new, lps, where
     monkeypatch.setattr(Speculator, "verify", planted)
     assert main(argv) == 1
@@ -211,17 +211,16 @@ def test_l11_pay_off_rule_proposes_nothing_for_a_big_batch_and_drops_leftover_gu
     from l11_spec_decode.drafters import NgramDrafter
     from l11_spec_decode.speculator import Speculator
 
-    def req(i, guesses):
-        return SimpleNamespace(request_id=f"r{i}", kv=SimpleNamespace(cur_len=9), num_tokens=10, spec_ids=list(guesses),
+    def req(i):
+        return SimpleNamespace(request_id=f"r{i}", kv=SimpleNamespace(cur_len=9), num_tokens=10,
                                prompt_ids=[1, 2, 3, 1, 2, 3, 1, 2], output_ids=[3, 1],
                                params=SamplingParams(max_tokens=50))
     spec = Speculator(NgramDrafter(1, 2), 3, 1024, disable_by_batch_size=2)
-    two = [req(0, []), req(1, [])]
-    spec.propose(two)
-    assert [r.spec_ids for r in two] == [[2, 3, 1]] * 2 and spec.off_steps == 0   # n-gram "1" -> what followed
-    three = [req(0, [7]), req(1, []), req(2, [7, 7])]
-    spec.propose(three)
-    assert [r.spec_ids for r in three] == [[], [], []] and spec.off_steps == 1
+    spec.propose([req(0), req(1)])
+    assert spec.drafts == {"r0": [2, 3, 1], "r1": [2, 3, 1]} and spec.off_steps == 0   # n-gram "1" -> what followed
+    spec.drafts["r2"] = [7, 7]                               # a leftover guess on a request not scheduled
+    spec.propose([req(0), req(1), req(2)])
+    assert spec.drafts == {} and spec.off_steps == 1
 
 
 def test_l11_host_cost_script_runs_and_its_token_check_can_fail(monkeypatch, capsys):
@@ -231,8 +230,8 @@ def test_l11_host_cost_script_runs_and_its_token_check_can_fail(monkeypatch, cap
     from l11_spec_decode import speculator
     assert main(["--tokens", "40"]) == 0
     assert "alpha 1: " in capsys.readouterr().out
-    monkeypatch.setattr(speculator.Speculator, "verify", lambda self, logits, reqs, sampler, argmax=None: (
-        [req.spec_ids[:1] + [0] for req in reqs], None, [[0, 0] for _ in reqs]))
+    monkeypatch.setattr(speculator.Speculator, "verify", lambda self, logits, reqs, drafts, sampler, argmax=None: (
+        [d[:1] + [0] for d in drafts], None, [[0, 0] for _ in reqs]))
     with pytest.raises(SystemExit, match="other tokens"):
         main(["--tokens", "40"])
 
@@ -243,15 +242,20 @@ def test_l11_alone_every_step_after_the_prefill_has_a_graph_to_replay(alpha):
     GraphRunner captures (graphs.graph_keys, buckets of the runner), including the last steps, which
     verify fewer guesses (an eager step cost ~15 ms of host on an H100, against ~1.4 ms replayed)."""
     from l7_fast.graphs import graph_keys, step_key
+    from l11_spec_decode.graphs import uniform_verify, verify_keys
     prompt = PROMPTS[0]
     ref = run(Stage9("tiny-qwen3", **FAST), [prompt], n=23)
     cfg = dict(method="replay", num_speculative_tokens=4, acceptance_rate=alpha, reference={tuple(prompt): ref[0]})
     llm = LLM("tiny-qwen3", **FAST, speculative_config=cfg)
     eng, keys = llm.llm_engine, []
-    execute = eng.runner.execute
-    eng.runner.execute = lambda out: keys.append(step_key(out, eng.runner.bucket, True, [])) or execute(out)
+    r, execute = eng.runner, eng.runner.execute
+
+    def key(out):
+        q = uniform_verify(out)
+        return (r.bucket(len(out.scheduled)), q) if q is not None else step_key(out, r.bucket, [])
+    r.execute = lambda out: keys.append(key(out)) or execute(out)
     assert run(llm, [prompt], n=23) == ref
-    captured = graph_keys(eng.runner.buckets, (5, eng.speculator.disable_by_batch_size), [])
+    captured = graph_keys(r.buckets, []) + verify_keys(r.buckets, 5, eng.step_order.speculator.disable_by_batch_size)
     assert keys[0] is None and len(keys) > 5                   # the prompt's prefill (no prefill buckets here)
     assert all(k in captured for k in keys[1:]), keys
     assert any(1 < k[1] < 5 for k in keys[1:]), keys           # the tail verified fewer than 4 guesses

@@ -28,7 +28,8 @@ def _engine(model, caching=True, block_size=8, num_blocks=64, budget=64, seqs=No
     cfg = make_config(model.cfg, "cpu", next(model.parameters()).dtype, block_size=block_size,
                       num_gpu_blocks_override=num_blocks, max_num_batched_tokens=budget, max_num_seqs=seqs)
     kv = kv_cls(cfg.num_blocks, cfg.block_size) if kv_cls is not None else None
-    return build_engine(model, None, cfg, enable_prefix_caching=caching, kv=kv, impl=impl, check=True)
+    return build_engine(model, None, cfg, enable_prefix_caching=caching, impl=impl, check=True,
+                        parts={"kv_manager": kv} if kv is not None else None)
 
 
 def _serve(e, batch, arrivals=None):
@@ -54,10 +55,14 @@ def _hits(e) -> dict:
 
 
 def _same_with_and_without(model, batch, arrivals=None, **kw):
+    """The cache on, the cache off (the same part, nothing hashed) and stage 5 (stage 2's allocator):
+    the same tokens."""
     on, off = _engine(model, True, **kw), _engine(model, False, **kw)
-    assert type(off.scheduler.kv) is BlockManager and type(on.scheduler.kv) is KVCacheManager
-    got, want = _serve(on, batch, arrivals), _serve(off, batch, arrivals)
-    assert got == want
+    five = _engine(model, False, kv_cls=BlockManager, **kw)
+    assert type(on.scheduler.kv) is type(off.scheduler.kv) is KVCacheManager and type(five.scheduler.kv) is BlockManager
+    got, want, plain = _serve(on, batch, arrivals), _serve(off, batch, arrivals), _serve(five, batch, arrivals)
+    assert got == want == plain
+    assert not off.scheduler.kv.pool.cached and off.scheduler.kv.stats.hits == 0      # off: nothing named
     return on
 
 
@@ -185,7 +190,7 @@ def test_l6_llm_api_and_caching_off_is_stage5(tiny):
     five = LLM5(None, **kw)
     got = [[o.outputs[0].token_ids for o in m.generate(prompts, params, use_tqdm=False)] for m in (on, off, five)]
     assert got[0] == got[1] == got[2]
-    assert type(off.llm_engine.scheduler.kv) is BlockManager
+    assert type(five.llm_engine.scheduler.kv) is BlockManager and not off.llm_engine.scheduler.kv.pool.cached
     assert on.llm_engine.scheduler.kv.stats.hits > 0
 
 

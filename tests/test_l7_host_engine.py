@@ -120,12 +120,15 @@ def _engines(model, tok, cfg):
     from l1_dense.model import TorchOps
     from l5_scheduler.engine import LLMEngine
     from l7_fast import build_engine
+    from l7_fast.cache import FastKVCache
     from l7_fast.runner import FastRunner
     real = build_engine(model, tok, cfg, impl="torch", fused_ops=False, check=True, async_scheduling=False)  # stats per step
     sched = PlainScheduler(PlainKVCacheManager(cfg.num_blocks, cfg.block_size), cfg.max_num_batched_tokens,
                            cfg.max_num_seqs)
+    p = next(model.parameters())
+    cache = FastKVCache(model.cfg, cfg.num_blocks, cfg.block_size, p.device, p.dtype, impl="torch")
     plain = LLMEngine(model, tok, cfg, scheduler=sched, sampler=PlainSampler(),
-                      runner=FastRunner(model, cfg, TorchOps(), impl="torch", check=True))
+                      runner=FastRunner(model, cfg, TorchOps(), cache=cache, check=True))
     return real, plain
 
 

@@ -42,10 +42,9 @@ def test_which_steps_replay_a_prefill_graph(tiny):
     assert one_prefill(out) == 21                                      # alone, samples after token 21
     out.sample[0] = False
     assert one_prefill(out) is None                                    # a chunk that does not sample
+    out.sample[0] = 2
+    assert one_prefill(out) is None                                    # two logits rows: not a prefill graph's one
     out.sample[0] = True
-    out.scheduled[0][0].spec_ids = [7]
-    assert one_prefill(out) is None                                    # a verify step (lesson 11)
-    out.scheduled[0][0].spec_ids = []
 
 
 def _spy_padded(e, found):

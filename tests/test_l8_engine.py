@@ -94,8 +94,7 @@ def test_l8_a_pool_too_small_for_one_request_is_refused_at_start():
     """Uneven groups (a full pair and a single windowed layer) leave part of each block unused: a pool
     that holds max_model_len in stage 7's blocks may not hold it here, and start-up says so."""
     from l5_scheduler.config import EngineConfig
-    from l8_sliding_window.groups import KVGroup, pool_blocks
-    from l8_sliding_window.llm import check_fits
+    from l8_sliding_window.groups import KVGroup, check_fits, pool_blocks
     from plumbing.errors import UserError
     groups = [KVGroup(None, (0, 1)), KVGroup(5, (2,))]
     check_fits(EngineConfig(16, pool_blocks(4, groups, 3), 32, 4, 32), groups)          # 6 blocks: fits

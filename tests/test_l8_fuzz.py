@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from l5_fake import breaks, finds
 from l8_fake import Workload, run
-from l8_sliding_window import kv_manager
+from l8_sliding_window import group_managers, kv_coordinator
+from l8_sliding_window.group_managers import FullAttentionManager, SlidingWindowManager
 
 
 @st.composite
@@ -41,33 +42,49 @@ def test_l8_fuzz_workloads_really_free_share_and_preempt():
 
 
 # ---- every invariant can fail: planted bugs in the KV manager ----------------------------------
-class FreesOneBlockTooMany(kv_manager.SlidingWindowKVManager):   # off by one: frees the block still in view
-    def remove_skipped_blocks(self, h, window):
-        super().remove_skipped_blocks(h, window - self.block_size)
+def windowed_with(cls):
+    """The coordinator, with a planted ``cls`` as every windowed group's manager."""
+    class Planted(kv_coordinator.KVCacheCoordinator):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self.managers = [m if isinstance(m, FullAttentionManager) else
+                             cls(m.pool, m.block_size, m.group, m.pad_block, m.window) for m in self.managers]
+    Planted.__name__ = cls.__name__.lstrip("_")
+    return Planted
 
 
-class NeverFrees(kv_manager.SlidingWindowKVManager):             # the window is honoured, nothing freed
-    def remove_skipped_blocks(self, h, window):
-        pass
+class _FreesOneBlockTooMany(SlidingWindowManager):      # off by one: frees the block still in view
+    def remove_skipped_blocks(self, h):
+        self.window -= self.block_size
+        try:
+            return super().remove_skipped_blocks(h)
+        finally:
+            self.window += self.block_size
 
 
-class UntaggedHashes(kv_manager.SlidingWindowKVManager):         # one hash for every group's block
+class _NeverFrees(SlidingWindowManager):                # the window is honoured, nothing freed
+    def remove_skipped_blocks(self, h):
+        return 0
+
+
+class UntaggedHashes(kv_coordinator.KVCacheCoordinator):   # one hash for every group's block
     def admit(self, req, budget):
         return self._untagged(super().admit, req, budget)
 
-    def cache_group(self, req, h, group):
-        return self._untagged(super().cache_group, req, h, group)
+    def advance(self, scheduled):
+        return self._untagged(super().advance, scheduled)
 
     @staticmethod
     def _untagged(fn, *args):
-        real = kv_manager.tag
-        kv_manager.tag = lambda block_hash, g: block_hash
+        real = group_managers.tag
+        group_managers.tag = lambda block_hash, g: block_hash
         try:
             return fn(*args)
         finally:
-            kv_manager.tag = real
+            group_managers.tag = real
 
 
+FreesOneBlockTooMany, NeverFrees = windowed_with(_FreesOneBlockTooMany), windowed_with(_NeverFrees)
 BUGS = [
     (FreesOneBlockTooMany, "no freed block is ever read: every block a step reads is held by the request"),
     (NeverFrees, "a windowed group holds at most ceil((W + n - 1) / block_size) + 1 blocks"),
@@ -97,7 +114,7 @@ def test_l8_fuzz_search_finds_a_planted_manager_bug(bug, invariant):
 
 def test_l8_dead_blocks_examples():
     """The window's freeing rule on the boundary cases (exercises/l8_sliding_window.py quotes them)."""
-    from l8_sliding_window.kv_manager import dead_blocks
+    from l8_sliding_window.group_managers import dead_blocks
     assert [dead_blocks(n, 20, 16) for n in (10, 19, 20, 34, 35, 50, 51, 53)] == [0, 0, 0, 0, 1, 1, 2, 2]
     assert [dead_blocks(n, 1, 1) for n in (0, 1, 2, 5)] == [0, 1, 2, 5]     # W = 1: only the query itself
     assert dead_blocks(4096, 4096, 16) == 0 and dead_blocks(4112, 4096, 16) == 1

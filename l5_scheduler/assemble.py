@@ -1,0 +1,126 @@
+"""One configuration, one assembler: the engine built from the parts the stages contribute.
+
+Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options it adds (its
+``options.py``) and the parts it can make, by slot:
+
+    slot         the part                          stage 5's maker (later stages add their own)
+    kv_cache     where K/V live, and attention     stage 3's PagedKVCache
+    kv_manager   the scheduler's blocks            stage 2's allocator (BlockManager)
+    ops          the skeleton's small ops          its TorchOps
+    runner       one forward pass per step         ModelRunner
+    sampler      tokens from logits                stage 4's Sampler
+    scheduler    who runs, how many tokens         Scheduler (given the kv_manager)
+    step         the order of one step's work      PlainStep
+
+``build_engine`` builds a part when something asks for it (``Assembly.part``): of the stages
+given, the latest that has a maker for the slot is asked first; a maker returns None when the
+configuration is not its case (stage 8's cache, for a checkpoint without windows), and the stage
+before it is asked. The engine asks for scheduler, runner, sampler and step; each maker asks for
+what its part needs (the scheduler for the kv_manager, which asks for the kv_cache, since the
+cache's layout sets how many blocks the memory holds). A stage's ``LLM`` is this assembler over
+the stages up to it (``entry_points``): no builder calls another.
+
+The options of all the stages given are one configuration (``resolve_options``): an option no
+stage given declares is refused in one line, which names the stage that adds it if there is one.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from plumbing.errors import UserError
+from plumbing.options import Option, Values, resolve
+
+from .engine import LLMEngine
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str                                       # its package: "l6_prefix_cache"
+    options: tuple[Option, ...] = ()                # the options it adds
+    parts: dict[str, Callable] = field(default_factory=dict)   # slot -> maker(Assembly) -> part, or None
+
+    @property
+    def number(self) -> int:
+        return int(self.name[1:].split("_")[0])
+
+
+class Assembly:
+    """What part makers read: the model, the tokenizer, the sizes (``config``; the KV cache's maker
+    may change ``num_blocks``, the pool its layout holds), the options (``args``), and each other."""
+
+    def __init__(self, model, tokenizer, config, args: Values, stages: tuple[Stage, ...], parts: dict | None = None):
+        self.model, self.tokenizer, self.config, self.args, self.stages = model, tokenizer, config, args, stages
+        self.parts = dict(parts or {})                 # slot -> part: built, or given by the caller (tests)
+        self.chosen: dict[str, str] = {slot: "given" for slot in self.parts}    # slot -> the stage that made it
+
+    def part(self, slot: str):
+        if slot not in self.parts:
+            for stage in reversed(self.stages):
+                maker = stage.parts.get(slot)
+                if maker is not None and (made := maker(self)) is not None:
+                    self.parts[slot], self.chosen[slot] = made, stage.name
+                    break
+            else:
+                raise RuntimeError(f"no stage of {[s.name for s in self.stages]} makes a {slot!r} part (a bug)")
+        return self.parts[slot]
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+
+def declared(stages) -> dict[str, Option]:
+    """Every option of these stages, by name; one declared twice is a bug, caught at import."""
+    out: dict[str, Option] = {}
+    for stage in stages:
+        for opt in stage.options:
+            if opt.name in out:
+                raise RuntimeError(f"option {opt.name!r} is declared twice (again by {stage.name})")
+            out[opt.name] = opt
+    return out
+
+
+def all_stages() -> tuple[Stage, ...]:
+    """Every stage in this repository: the latest stage package's list (it holds the ones before).
+    Found by folder name at run time, so that no stage imports a later one."""
+    root = Path(__file__).resolve().parent.parent
+    found = [(int(m.group(1)), p.name) for p in root.iterdir()
+             if (m := re.fullmatch(r"l(\d+)_\w+", p.name)) and (p / "stage.py").exists()]
+    return importlib.import_module(f"{max(found)[1]}.stage").STAGES
+
+
+def later_stage_hint(stages) -> Callable[[str], str]:
+    def hint(name: str) -> str:
+        for stage in all_stages():
+            if stage.number > stages[-1].number and any(o.name == name for o in stage.options):
+                return (f"it is an option of stage {stage.number} ({stage.name}), which {stages[-1].name} "
+                        f"comes before: use `from {stage.name} import LLM`")
+        return ""
+    return hint
+
+
+def resolve_options(stages, given: dict) -> Values:
+    """The configuration: every given option checked against its one declaration, defaults for the rest."""
+    return resolve(declared(stages), given, later_stage_hint(stages))
+
+
+def build_engine(model, tokenizer, config, stages, *, args: Values | None = None, parts: dict | None = None,
+                 wrap=None, **options) -> LLMEngine:
+    """The one engine for ``config`` (the sizes: config.py) and the options (``args``, or checked
+    here from ``options``). ``parts``: a slot's part given outright (tests give plain oracles);
+    ``wrap(name, part)`` may wrap the scheduler, runner and sampler (lesson 7's profiler)."""
+    args = args if args is not None else resolve_options(stages, options)
+    a = Assembly(model, tokenizer, config, args, stages, parts)
+    if args.impl == "auto":                          # the interpreter is too slow to serve from
+        args.impl = "triton" if a.device.type == "cuda" else "torch"
+    got = {slot: a.part(slot) for slot in ("scheduler", "runner", "sampler")}
+    if wrap is not None:
+        got = {slot: wrap(slot, part) for slot, part in got.items()}
+    engine = LLMEngine(model, tokenizer, a.config, **got, step=a.part("step"),
+                       keep_logits=args.keep_logits)
+    engine.args, engine.chosen = args, a.chosen        # what it was built from: the options, each part's stage
+    return engine
