@@ -26,15 +26,14 @@ stage given declares is refused in one line, which names the stage that adds it 
 from __future__ import annotations
 
 import importlib
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from plumbing.errors import UserError
 from plumbing.options import Option, Values, resolve
 
 from .engine import LLMEngine
+from .stages import stage_packages
 
 
 @dataclass(frozen=True)
@@ -84,21 +83,15 @@ def declared(stages) -> dict[str, Option]:
     return out
 
 
-def all_stages() -> tuple[Stage, ...]:
-    """Every stage in this repository: the latest stage package's list (it holds the ones before).
-    Found by folder name at run time, so that no stage imports a later one."""
-    root = Path(__file__).resolve().parent.parent
-    found = [(int(m.group(1)), p.name) for p in root.iterdir()
-             if (m := re.fullmatch(r"l(\d+)_\w+", p.name)) and (p / "stage.py").exists()]
-    return importlib.import_module(f"{max(found)[1]}.stage").STAGES
-
-
 def later_stage_hint(stages) -> Callable[[str], str]:
+    """Which later stage declares an option (stages.py finds them by folder, light: no torch)."""
     def hint(name: str) -> str:
-        for stage in all_stages():
-            if stage.number > stages[-1].number and any(o.name == name for o in stage.options):
-                return (f"it is an option of stage {stage.number} ({stage.name}), which {stages[-1].name} "
-                        f"comes before: use `from {stage.name} import LLM`")
+        for package in stage_packages():
+            number = int(package[1:].split("_")[0])
+            if number > stages[-1].number and any(o.name == name for o in
+                                                  importlib.import_module(f"{package}.options").OPTIONS):
+                return (f"it is an option of stage {number} ({package}), which {stages[-1].name} comes before: "
+                        f"use `from {package} import LLM`")
         return ""
     return hint
 

@@ -16,6 +16,7 @@ Nothing here knows any stage: the declarations are handed in.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -97,8 +98,9 @@ def resolve(options: dict[str, Option], given: dict, unknown_hint: Callable[[str
     if unknown:
         name = unknown[0]
         hint = unknown_hint(name)
-        raise UserError(f"unknown option {name!r}" + (f": {hint}" if hint else
-                        f"; this engine's options are {', '.join(sorted(options))}") + ".")
+        close = difflib.get_close_matches(name, options, n=1)
+        raise UserError(f"unknown option {name!r}" + (f": {hint}" if hint else f": did you mean {close[0]!r}?" if close
+                        else f"; this engine's options are {', '.join(sorted(options))}") + ".")
     return Values(options, given)
 
 
