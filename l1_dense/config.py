@@ -13,7 +13,7 @@ Some configs also give layers a **sliding window** (Mistral: every layer; Qwen2/
 ``use_sliding_window``: the layers from ``max_window_layers`` on, or those ``layer_types`` marks
 ``"sliding_attention"``). ``layer_windows`` holds it per layer, as transformers reads it: a query
 at position p sees keys p - window < j <= p. Only a KV object that implements windows may run
-such a model (stage 8); ``CausalLM.forward`` refuses any other, since attending to every key
+such a model; ``CausalLM.forward`` refuses any other, since attending to every key
 would silently give other tokens.
 
 ``PRESETS`` holds the shapes of real models, used by benchmarks and the lessons' memory maths

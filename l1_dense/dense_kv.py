@@ -37,8 +37,8 @@ def attend_contiguous(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     T, L = q.shape[0], k.shape[0]
     if T != L and T != 1:
         # SDPA's is_causal aligns the mask top-left: with T < L it would hide keys the queries
-        # are allowed to see. Stage 3's metadata describes this case (a prefill chunk on top of
-        # cached context) properly; stages 1-2 never produce it.
+        # are allowed to see. This engine never produces that case (a prefill chunk on top of
+        # cached context): it prefills a prompt at once.
         raise NotImplementedError(f"{T} queries over {L} keys: chunked prefill needs stage 3")
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0),      # [1, H_q, T, D]

@@ -6,8 +6,8 @@ A stage provides an *engine* with two methods, each returning the next-token log
     engine.decode(token: int)               # run one new token on top of the cache
 
 and this loop does the rest: argmax, stop on EOS, stop at ``max_new_tokens``. Stage 1's engine
-keeps a dense cache, stage 2's a paged pool with a host gather, stage 3's a block tensor and a
-Triton kernel; the loop cannot tell them apart, which is what makes their tokens comparable.
+keeps a dense cache; an engine that keeps K/V another way runs in the same loop, which cannot tell
+them apart, and that is what makes their tokens comparable.
 """
 from __future__ import annotations
 

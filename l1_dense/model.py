@@ -12,17 +12,17 @@ decode token, or in later stages the tokens of many sequences concatenated) and 
 Attention itself is *not* in this file. Each attention layer hands q, k, v to the stage's KV
 object: ``kv.attend(layer_idx, q, k, v, meta) -> [T, H_q, D]``. The KV object stores k and v
 wherever its stage keeps them (a dense tensor, a token-flat pool, a block tensor) and runs its
-own attention (SDPA, a host gather, a Triton kernel). That is the only seam stages 2-6 need;
-none of them edits this file.
+own attention (SDPA, a host gather, a Triton kernel). That is the seam a stage that stores K/V
+another way needs; none edits this file.
 
 The small ops of the hot path (add + RMSNorm, the q/k/v projections, q/k-norm + RoPE + the
 attention call, the gated activation) go through ``model.ops``, a :class:`TorchOps` written with
-plain torch: it is the spec, and stages 1-6 run it. Stage 7 passes fused Triton kernels with the
-same rounding (``forward(..., ops=FusedOps(model))``, ``l7_fast/ops.py``). That is the second seam; the arithmetic above is unchanged.
+plain torch: it is the spec. A stage may pass other ops with the same methods and the same
+rounding (``forward(..., ops=...)``): that is the second seam; the arithmetic above is unchanged.
 
 A checkpoint whose config gives layers a sliding window (``cfg.layer_windows``) runs only with a
-KV object that says it implements them (``kv.sliding_windows = True``, stage 8); ``forward``
-refuses any other rather than attend to keys the model never sees.
+KV object that says it implements them (``kv.sliding_windows = True``); ``forward`` refuses any
+other rather than attend to keys the model never sees.
 
 ``meta`` is the stage's per-step metadata. The skeleton reads two fields from it:
 ``positions`` ([T] int64, RoPE positions) and ``logits_indices`` ([S] int64, the rows whose
@@ -87,10 +87,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class TorchOps:
-    """The hot path's small ops in plain torch: the readable spec, used by stages 1-6.
+    """The hot path's small ops in plain torch: the readable spec.
 
-    Stage 7 passes another object (``model(ids, kv, meta, ops=FusedOps(model))``, l7_fast/ops.py)
-    whose Triton kernels round at the same points. Every method takes the module whose weights it uses.
+    Another object with these five methods may be passed instead (``model(ids, kv, meta, ops=...)``),
+    as long as it rounds at the same points. Every method takes the module whose weights it uses.
     """
 
     def add_rms_norm(self, delta, h, norm):
@@ -167,7 +167,7 @@ class DecoderLayer(nn.Module):
         """h = h + self_attn(norm(h)); h = h + mlp(norm(h)), with each add done by the next norm:
         ``delta`` is the previous sublayer's output, not yet added to the residual stream ``h``
         (None at layer 0). Returns ``(h, delta)`` the same way. The sums and their rounding are
-        the usual ones; the order lets an add and the norm after it be one op (stage 7 fuses them)."""
+        the usual ones; the order lets an add and the norm after it be one op (a fused kernel can)."""
         h, x = ops.add_rms_norm(delta, h, self.input_layernorm)       # h += delta; x = norm(h)
         h, x = ops.add_rms_norm(self.self_attn(x, cos, sin, kv, meta, ops), h, self.post_attention_layernorm)
         return h, self.mlp(x, ops)                                    # the MLP's output is the next delta
@@ -192,7 +192,7 @@ class CausalLM(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # [D/2] fp32
-        self.ops = TorchOps()                                         # the default; stage 7 passes its own
+        self.ops = TorchOps()                                         # the default; forward(ops=...) overrides it
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype):
         """positions [T] -> cos, sin [T, D], computed in float32 and then cast (as HF does)."""
@@ -207,7 +207,7 @@ class CausalLM(nn.Module):
                             f"({sorted({w for w in self.cfg.layer_windows if w})} keys), and this stage's KV cache "
                             "attends to every key, which would give other tokens than the model's: run it with "
                             "stage 8 (l8_sliding_window) or later.")
-        ops = self.ops if ops is None else ops                        # stage 7 passes its fused ops
+        ops = self.ops if ops is None else ops
         h, delta = self.model.embed_tokens(input_ids), None           # [T, hidden]
         cos, sin = self.rope(meta.positions, h.dtype)
         for layer in self.model.layers:

@@ -57,7 +57,7 @@ def add_blocks(req: Request, blocks: list[int], block_size: int) -> None:
 
 
 def check_pool_shape(num_blocks: int, block_size: int) -> None:
-    """Both sizes must be positive integers (stage 6's KV cache manager checks the same)."""
+    """Both sizes must be positive integers (any KV manager over a pool of blocks checks the same)."""
     for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")

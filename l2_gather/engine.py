@@ -10,7 +10,7 @@ from .pool import GatherMeta, KVPool
 
 
 class GatherEngine(Engine):
-    """Stage 3 subclasses this and swaps two things: the pool (``make_pool``) and the metadata
+    """Another layout of the pool swaps two things: the pool (``make_pool``) and the metadata
     (``make_meta``). Passing a shared ``allocator`` and ``pool`` lets several engines (requests)
     interleave their blocks, as the tests do."""
 

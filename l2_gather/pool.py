@@ -9,7 +9,7 @@ the allocator's flat slot ids index them directly. Each step:
 
 The gather is the slow, visible step: every layer of every step copies the whole history into a
 fresh tensor (read L*H_kv*D elements, write L*H_kv*D elements, for K and again for V) before
-attention reads it a third time. Stage 3 removes it.
+attention reads it a third time. Reading the blocks where they lie would remove it.
 """
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def paged_attention_triton(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block
     sync); ``validate_paged_inputs(..., max_seqlen_q=...)`` checks it in --check mode.
     ``config`` overrides :func:`pick_config` (benchmarks and tuning).
     """
-    if check:  # stage 7 checks the layout once per step, not in every layer
+    if check:  # a caller that checks the layout once per step passes check=False
         check_paged_layout(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table)
     T, H_q, D = q.shape
     _, block_size, H_kv, _ = k_cache.shape

@@ -12,7 +12,7 @@
 
 Query token q (0-based) of sequence s attends to keys ``0 .. seq_lens_kv[s] - q_len[s] + q`` of
 sequence s only. :func:`build_meta` makes these from a list of ``(request, new tokens)`` pairs;
-stage 5's scheduler calls exactly this with the requests it picked for the step.
+a scheduler can call exactly this with the requests it picked for a step.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class PagedMeta:
 def build_meta(batch, block_size: int, device, sample: list[bool] | None = None) -> PagedMeta:
     """``batch``: list of (Request, q_len). Each request already holds blocks for ``cur_len + q_len``
     tokens (``allocator.reserve``), and ``cur_len`` tokens of it are cached. ``sample`` says which
-    sequences need next-token logits (default: all; stage 5 leaves out mid-prefill chunks).
+    sequences need next-token logits (default: all; a mid-prefill chunk needs none).
 
     Everything is assembled in Python lists (the scheduler's host-side view of the requests) and
     copied to the device once per tensor.

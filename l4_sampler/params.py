@@ -20,7 +20,7 @@ names the field, its valid range and the value given, never later as a NaN insid
     ignore_eos          bool              False           keep going past EOS
     logprobs            None or int >= 0  None            top-n raw logprobs (+ the sampled one)
     include_stop_str_in_output  bool      False           keep the stop string at the end of the text
-    n                   int >= 1          1               completions per prompt (stage 5's engine)
+    n                   int >= 1          1               completions per prompt (an engine that batches)
 """
 from __future__ import annotations
 

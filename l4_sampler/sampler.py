@@ -222,12 +222,12 @@ class Sampler:
         return self._shared[str(device)]
 
     def __call__(self, logits: torch.Tensor, rows: list[RowState], argmax: torch.Tensor | None = None) -> SamplerOutput:
-        """``argmax``: ``logits.argmax(-1)`` if the caller has it (lesson 7's graph); all-greedy reads it."""
+        """``argmax``: ``logits.argmax(-1)`` if the caller has it already; all-greedy reads it."""
         return self.launch(logits, rows, argmax).result()
 
     def launch(self, logits: torch.Tensor, rows: list[RowState], argmax: torch.Tensor | None = None) -> "Sampled":
         """``__call__``'s first half: queue the GPU work and the ids' copy to the host, return at once;
-        ``.result()`` waits (lesson 7's overlapped loop schedules the next step in between)."""
+        ``.result()`` waits (a caller may do host work in between)."""
         if logits.dim() == 2 and len(rows) == logits.shape[0] and not [r for r in rows if not r.plain_greedy]:
             ids = logits.argmax(-1) if argmax is None else argmax   # [B]: the all-greedy branch (read BV)
             return Sampled(ids, None, rows)
@@ -272,8 +272,7 @@ class Sampled:
 
     def result(self) -> SamplerOutput:
         # The step's one host sync: it waits for everything queued before the copies. It cannot
-        # go: stops are checked on host ints, and the scheduler must know who finished. Lesson 7's
-        # overlapped loop waits here after it has launched the next step.
+        # go: stops are checked on host ints, and the scheduler must know who finished.
         if self.done is not None:
             self.done.synchronize()
         ids_list = self.host[0].tolist()

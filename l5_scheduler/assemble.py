@@ -14,7 +14,7 @@ Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options i
 
 ``build_engine`` builds a part when something asks for it (``Assembly.part``): of the stages
 given, the latest that has a maker for the slot is asked first; a maker returns None when the
-configuration is not its case (stage 8's cache, for a checkpoint without windows), and the stage
+configuration is not its case (a cache for another kind of checkpoint), and the stage
 before it is asked. The engine asks for scheduler, runner, sampler and step; each maker asks for
 what its part needs (the scheduler for the kv_manager, which asks for the kv_cache, since the
 cache's layout sets how many blocks the memory holds). A stage's ``LLM`` is this assembler over
@@ -38,7 +38,7 @@ from .stages import stage_packages
 
 @dataclass(frozen=True)
 class Stage:
-    name: str                                       # its package: "l6_prefix_cache"
+    name: str                                       # its package: "l5_scheduler"
     options: tuple[Option, ...] = ()                # the options it adds
     parts: dict[str, Callable] = field(default_factory=dict)   # slot -> maker(Assembly) -> part, or None
 
@@ -105,7 +105,7 @@ def build_engine(model, tokenizer, config, stages, *, args: Values | None = None
                  wrap=None, **options) -> LLMEngine:
     """The one engine for ``config`` (the sizes: config.py) and the options (``args``, or checked
     here from ``options``). ``parts``: a slot's part given outright (tests give plain oracles);
-    ``wrap(name, part)`` may wrap the scheduler, runner and sampler (lesson 7's profiler)."""
+    ``wrap(name, part)`` may wrap the scheduler, runner and sampler (a profiler times them so)."""
     args = args if args is not None else resolve_options(stages, options)
     a = Assembly(model, tokenizer, config, args, stages, parts)
     if args.impl == "auto":                          # the interpreter is too slow to serve from

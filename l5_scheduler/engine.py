@@ -4,8 +4,8 @@ The engine is given its parts (vLLM v1: one engine core, one Scheduler, one mode
 the assembler picks from the configuration (assemble.py):
 
     scheduler   who runs this step and how many tokens each (scheduler.py), with the KV manager
-                it was given (kv_manager.py: stage 2's allocator; lesson 6: a prefix cache)
-    runner      one forward pass for the scheduled tokens (runner.py; lesson 7: a faster one)
+                it was given (kv_manager.py: stage 2's allocator, or a later stage's)
+    runner      one forward pass for the scheduled tokens (runner.py, or a later stage's)
     sampler     stage 4's Sampler: one call for every row that samples
     step        the order in which one step uses them (step.py); every order ends in the
                 scheduler's ``update_from_output``, the one path by which tokens join requests
@@ -22,8 +22,8 @@ and runs the same loop whichever parts it has. Stage 5's step order:
 
 ``add_request`` checks a request completely before it joins (prompt, ids, params, limits), so a
 bad one fails alone with a UserError and the requests in flight never notice. A request with
-``n > 1`` joins as n sequences (vLLM's ids ``"{k}_{id}"``, seeds ``seed + k``) that the prefix
-cache, from lesson 6, lets share the prompt's blocks; ``output(id)`` gathers them, by index.
+``n > 1`` joins as n sequences (vLLM's ids ``"{k}_{id}"``, seeds ``seed + k``); ``output(id)``
+gathers them, by index.
 
 A request leaves in one of two ways. ``release(id)`` hands back a finished request's output and
 forgets it; ``abort_request(ids)`` takes unfinished ones out now, blocks freed (a client that went

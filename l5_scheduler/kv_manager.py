@@ -18,9 +18,8 @@ decides *where* their K/V go. It is a part the scheduler is given (vLLM v1: the 
                           ``new_block_ids``), so a runner that keeps each request's block table
                           between steps sends only what changed
 
-Lesson 6 gives the scheduler another KV manager with the same calls, one that also finds blocks
-already computed by other requests (``l6_prefix_cache/kv_manager.py``). The scheduler cannot
-tell them apart.
+Another KV manager with the same calls (one that also finds blocks already computed by other
+requests, say) can be given to the scheduler instead; it cannot tell them apart.
 """
 from __future__ import annotations
 

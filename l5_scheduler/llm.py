@@ -13,8 +13,7 @@ finished in. The lower level is ``llm.llm_engine``: ``add_request`` / ``step`` /
 ``LLM(model, **options)`` checks every option against its declaration (options.py, and each later
 stage's own) before anything loads, loads the checkpoint, sizes the engine (config.py), then
 hands the rest to the assembler. Each stage exports its own ``LLM`` and ``build_engine``: the same
-two, over the stages up to it (``entry_points``); ``from l6_prefix_cache import LLM`` takes stage
-6's options too.
+two, over the stages up to it (``entry_points``): a later stage's ``LLM`` takes its options too.
 """
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ class StepStats:
             parts.append("PREEMPT " + ",".join(self.preempted))
         if self.finished:
             parts.append("done " + ",".join(self.finished))
-        hits = [f"{r}+{n}" for r, n in self.hits if n]        # a prefix cache's hits (lesson 6)
+        hits = [f"{r}+{n}" for r, n in self.hits if n]        # tokens found computed at admission
         if hits:
             parts.append("hit " + ",".join(hits))
         parts += [f"running {self.running}", f"waiting {self.waiting}",

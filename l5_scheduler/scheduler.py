@@ -15,7 +15,7 @@ separate prefill and decode phases:
     step 7, budget 32:  A decode 1 | B decode 1 | C chunk 30 of its 300-token prompt    -> 32
 
 Where the K/V go is not the scheduler's business: it is given a KV manager (kv_manager.py, stage
-2's allocator by default; lesson 6 passes a prefix-caching one) and asks it for blocks. A running
+2's allocator by default, or another with the same calls) and asks it for blocks. A running
 request asks only when its blocks cannot hold its next tokens (1 decode step in block_size).
 
 Preemption is by recompute: the victim frees every block, its ``num_computed_tokens`` drops

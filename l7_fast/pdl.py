@@ -15,7 +15,7 @@ Two instructions (Triton: ``tl.extra.cuda``), and one launch option (``launch_pd
 The rule that keeps it correct: before its ``gdc_wait`` a kernel reads only what no kernel of the
 step writes (a GEMV's weights) and writes nothing. Then, by induction, once a kernel's wait
 returns every earlier kernel has finished, as in plain stream order. A kernel launched without
-PDL (cuBLAS, torch ops, stage 8's and 9's kernels) waits for the whole previous kernel as always.
+PDL (cuBLAS, torch ops, any kernel not written for it) waits for the whole previous kernel as always.
 """
 from __future__ import annotations
 

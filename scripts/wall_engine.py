@@ -58,15 +58,12 @@ def lesson6(n: int, block_size: int) -> None:
 def _engines(model, config):
     """The three engines of lesson 7's wall, all with the model's forward stubbed."""
     from harness.plain_parts import PlainKVCacheManager, PlainSampler, PlainScheduler
-    from l1_dense.model import TorchOps
-    from l5_scheduler.engine import LLMEngine
     from l6_prefix_cache import build_engine as build6
     from l7_fast import build_engine as build7
-    from l7_fast.runner import FastRunner
     sched = PlainScheduler(PlainKVCacheManager(config.num_blocks, config.block_size), config.max_num_batched_tokens,
                            config.max_num_seqs)
-    plain = LLMEngine(model, None, config, scheduler=sched, sampler=PlainSampler(),
-                      runner=FastRunner(model, config, TorchOps()))
+    plain = build7(model, None, config, parts=dict(scheduler=sched, sampler=PlainSampler()),   # stage 7's runner,
+                   fused_ops=False, async_scheduling=False)                     # the skeleton's torch ops, plain order
     return {"plain parts, stage 7's runner": plain, "stage 6": build6(model, None, config),
             "stage 7": build7(model, None, config, async_scheduling=False)}   # (7.11 hides host work, 7.6 counts it)
 
