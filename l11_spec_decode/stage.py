@@ -34,6 +34,7 @@ def make_drafter(spec, model, config, impl: str):
 
 
 def step(a):
+    """SpeculativeStep: a drafter's guesses verified in one pass (speculative_config, seed)."""
     spec = a.args.speculative_config                  # a SpecConfig (config.py), or None
     if spec is None:
         return None

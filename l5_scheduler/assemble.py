@@ -25,6 +25,7 @@ stage given declares is refused in one line, which names the stage that adds it 
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -55,6 +56,7 @@ class Assembly:
         self.model, self.tokenizer, self.config, self.args, self.stages = model, tokenizer, config, args, stages
         self.parts = dict(parts or {})                 # slot -> part: built, or given by the caller (tests)
         self.chosen: dict[str, str] = {slot: "given" for slot in self.parts}    # slot -> the stage that made it
+        self._settled = False
 
     def part(self, slot: str):
         if slot not in self.parts:
@@ -70,6 +72,32 @@ class Assembly:
     @property
     def device(self):
         return next(self.model.parameters()).device
+
+    def pool(self):
+        """The KV cache, and the sizes it settles: its layout may hold more blocks in the same memory
+        (its maker changes ``config.num_blocks``), so max_model_len is checked here against what one
+        request can hold of this pool (``cache.request_blocks``) and, if not given, derived from it
+        (the model's context at most)."""
+        cache = self.part("kv_cache")
+        if not self._settled and hasattr(cache, "request_blocks"):
+            self._settled, c = True, self.config
+            fits = lambda n: cache.request_blocks(n, c.max_num_batched_tokens) <= c.num_blocks   # noqa: E731
+            if self.args.given.get("max_model_len") is not None:
+                if not fits(c.max_model_len):
+                    raise UserError(f"max_model_len ({c.max_model_len}) does not fit the KV pool: one request of that "
+                                    f"length holds up to {cache.request_blocks(c.max_model_len, c.max_num_batched_tokens)} "
+                                    f"blocks, the pool has {c.num_blocks}. Raise num_gpu_blocks_override or lower "
+                                    "max_model_len (or max_num_batched_tokens, which bounds a windowed layer's chunk).")
+            else:
+                lo, hi = 0, self.model.cfg.max_position_embeddings          # the longest request that fits
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+                if lo < 1:
+                    raise UserError(f"the KV pool ({c.num_blocks} blocks of {c.block_size} tokens) cannot hold one "
+                                    "request: raise num_gpu_blocks_override.")
+                self.config = dataclasses.replace(c, max_model_len=lo)
+        return cache
 
 
 def declared(stages) -> dict[str, Option]:
@@ -110,6 +138,7 @@ def build_engine(model, tokenizer, config, stages, *, args: Values | None = None
     a = Assembly(model, tokenizer, config, args, stages, parts)
     if args.impl == "auto":                          # the interpreter is too slow to serve from
         args.impl = "triton" if a.device.type == "cuda" else "torch"
+    a.pool()
     got = {slot: a.part(slot) for slot in ("scheduler", "runner", "sampler")}
     if wrap is not None:
         got = {slot: wrap(slot, part) for slot, part in got.items()}

@@ -25,26 +25,44 @@ from .step import PlainStep
 
 
 def kv_cache(a):
+    """PagedKVCache: stage 3's block tensors, its kernel or its reference (impl)."""
     p = next(a.model.parameters())
     return PagedKVCache(a.model.cfg, a.config.num_blocks, a.config.block_size, p.device, p.dtype, impl=a.args.impl,
                         check=a.args.check)
 
 
 def kv_manager(a):
-    a.part("kv_cache")                                # the cache's layout settles the pool's size first
+    """BlockManager: stage 2's allocator and the scheduler's calls."""
+    a.pool()                                          # the cache's layout settles the pool's size first
     return BlockManager(a.config.num_blocks, a.config.block_size)
 
 
+def ops(a):
+    """TorchOps: the skeleton's small ops in plain torch (stage 1)."""
+    return TorchOps()
+
+
 def runner(a):
+    """ModelRunner: stage 3's metadata per step, one forward pass."""
     return ModelRunner(a.model, a.config, impl=a.args.impl, check=a.args.check, ops=a.part("ops"),
                        cache=a.part("kv_cache"))
 
 
+def sampler(a):
+    """Sampler: stage 4's, seeded by seed."""
+    return Sampler(a.args.seed)
+
+
 def scheduler(a):
+    """Scheduler: one token budget, chunked prefill, preemption by recompute."""
     return Scheduler(a.part("kv_manager"), a.config.max_num_batched_tokens, a.config.max_num_seqs)
 
 
-STAGES = (Stage("l5_scheduler", OPTIONS, dict(
-    kv_cache=kv_cache, kv_manager=kv_manager, ops=lambda a: TorchOps(), runner=runner,
-    sampler=lambda a: Sampler(a.args.seed), scheduler=scheduler, step=lambda a: PlainStep())),)
+def step(a):
+    """PlainStep: each step waits for its own tokens."""
+    return PlainStep()
+
+
+STAGES = (Stage("l5_scheduler", OPTIONS, dict(kv_cache=kv_cache, kv_manager=kv_manager, ops=ops, runner=runner,
+                                              sampler=sampler, scheduler=scheduler, step=step)),)
 LLM, build_engine = entry_points(STAGES)

@@ -18,7 +18,8 @@ from .options import OPTIONS
 
 
 def kv_manager(a):
-    a.part("kv_cache")                                # the cache's layout settles the pool's size first
+    """KVCacheManager: full blocks named by a hash chain, shared (enable_prefix_caching: on or off)."""
+    a.pool()                                          # the cache's layout settles the pool's size first
     return KVCacheManager(a.config.num_blocks, a.config.block_size, enable_caching=a.args.enable_prefix_caching)
 
 

@@ -71,6 +71,10 @@ class FastKVCache:
         attention kernel's tile sets how many programs an SM streams at once."""
         return pick_num_splits(batch, self.K[0].shape[2], max_kv_len, num_sms)          # K: [blocks, block, H_kv, D]
 
+    def request_blocks(self, n_tokens: int, chunk: int) -> int:
+        """The most blocks one request of ``n_tokens`` holds (the assembler sizes max_model_len by it)."""
+        return -(-n_tokens // self.block_size)
+
     def check_layout(self, q, cu_seqlens_q, seq_lens_kv, block_table) -> None:
         """--check: the step's attention inputs against this cache's tensors."""
         check_paged_layout(q, self.K[0], self.V[0], cu_seqlens_q, seq_lens_kv, block_table)

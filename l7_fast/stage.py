@@ -30,22 +30,32 @@ from .warmup import warm_up
 
 
 def kv_cache(a):
+    """FastKVCache: a PAD block for graph padding, the fused write, split-KV decode."""
     p = next(a.model.parameters())
     return FastKVCache(a.model.cfg, a.config.num_blocks, a.config.block_size, p.device, p.dtype, impl=a.args.impl)
 
 
 def ops(a):
+    """FusedOps: norms, RoPE + K/V write, SiLU, GEMV in Triton (fused_ops, gemv, norm_prologue, pdl)."""
     x = a.args
     return FusedOps(a.model, gemv_max_m=GEMV_MAX_M if x.gemv else 0, norm_prologue=x.norm_prologue,
                     pdl=x.pdl) if x.fused_ops else None
 
 
+def inputs(a):
+    """StepInputs: one pinned copy a step, the block table sent by diffs."""
+    return step_inputs(a.config, a.device, a.part("kv_cache").pad_block)
+
+
 def eager_runner(a):
+    """FastRunner: persistent inputs, split-KV decode (split_kv), checks (check)."""
     return FastRunner(a.model, a.config, a.part("ops"), cache=a.part("kv_cache"), inputs=a.part("inputs"),
                       check=a.args.check, split_kv=a.args.split_kv)
 
 
 def runner(a):
+    """GraphRunner: CUDA graphs around the FastRunner on a GPU, after start-up compiles (enforce_eager,
+    prefill_graphs); the FastRunner itself elsewhere."""
     r = a.part("eager_runner")
     if r.device.type != "cuda":
         return r
@@ -56,9 +66,11 @@ def runner(a):
     return GraphRunner(r, prefill=a.args.prefill_graphs)
 
 
-STAGES = BEFORE + (Stage("l7_fast", OPTIONS, dict(
-    kv_cache=kv_cache, ops=ops,
-    inputs=lambda a: step_inputs(a.config, a.device, a.part("kv_cache").pad_block),
-    eager_runner=eager_runner, runner=runner,
-    step=lambda a: OverlappedStep(a.part("eager_runner")) if a.args.async_scheduling else None)),)
+def step(a):
+    """OverlappedStep: step n+1 launched before step n's tokens reach the host (async_scheduling)."""
+    return OverlappedStep(a.part("eager_runner")) if a.args.async_scheduling else None
+
+
+STAGES = BEFORE + (Stage("l7_fast", OPTIONS, dict(kv_cache=kv_cache, ops=ops, inputs=inputs,
+                                                   eager_runner=eager_runner, runner=runner, step=step)),)
 LLM, build_engine = entry_points(STAGES)

@@ -25,7 +25,7 @@ from l7_fast.fused_rope import qk_norm_rope_write
 
 from .attention import paged_attention_window, window_attention_ref
 from .attention_split import paged_attention_window_split
-from .groups import KVGroup, group_of, group_size, layer_slots, layer_tensors
+from .groups import KVGroup, group_of, group_size, layer_slots, layer_tensors, request_blocks
 
 
 class WindowedKVCache:
@@ -49,6 +49,10 @@ class WindowedKVCache:
 
     def num_splits(self, batch: int, max_kv_len: int, num_sms: int) -> int:
         return pick_num_splits(batch, self.K[0].shape[2], max_kv_len, num_sms)     # stage 7's rule
+
+    def request_blocks(self, n_tokens: int, chunk: int) -> int:
+        """The most blocks one request of ``n_tokens`` holds, in every group (groups.py)."""
+        return request_blocks(n_tokens, self.block_size, chunk, self.groups)
 
     def check_layout(self, q, cu_seqlens_q, seq_lens_kv, block_table) -> None:
         check_paged_layout(q, self.K[0], self.V[0], cu_seqlens_q, seq_lens_kv, block_table)

@@ -80,15 +80,9 @@ def group_of(meta, g: int) -> tuple:
     return meta.group_tables[g], meta.group_slots[g]
 
 
-def check_fits(config, groups: list[KVGroup]) -> None:
-    """A request of max_model_len tokens must fit the pool alone, at its largest: every block in a
-    full group, the window's bound in a windowed one (else the scheduler could never run it)."""
-    from plumbing.errors import UserError
-    bs, L = config.block_size, config.max_model_len
-    full = -(-L // bs)
-    need = sum(full if g.window is None else min(full, -(-(g.window + config.max_num_batched_tokens - 1) // bs) + 1)
-               for g in groups)
-    if need > config.num_blocks:
-        raise UserError(f"one request of max_model_len = {L} tokens needs up to {need} blocks across its {len(groups)} "
-                        f"KV cache groups, but the pool has {config.num_blocks}: raise num_gpu_blocks_override or "
-                        "lower max_model_len (or max_num_batched_tokens, which bounds a windowed group's chunk).")
+def request_blocks(n_tokens: int, block_size: int, chunk: int, groups: list[KVGroup]) -> int:
+    """The most blocks of the shared pool one request of ``n_tokens`` holds, at its largest: every
+    block in a full group, the window's bound in a windowed one (a step computes up to ``chunk``
+    tokens, which the window's blocks must hold beside the W keys they see)."""
+    full = -(-n_tokens // block_size)
+    return sum(full if g.window is None else min(full, -(-(g.window + chunk - 1) // block_size) + 1) for g in groups)

@@ -26,7 +26,7 @@ from l5_scheduler.llm import entry_points
 from l7_fast.stage import STAGES as BEFORE
 
 from .cache import WindowedKVCache
-from .groups import check_fits, kv_cache_groups, pool_blocks
+from .groups import kv_cache_groups, pool_blocks
 from .inputs import GroupInputs
 from .kv_coordinator import KVCacheCoordinator
 from .options import OPTIONS
@@ -37,24 +37,31 @@ def windowed(a) -> bool:
     return len(groups) > 1 or groups[0].window is not None
 
 
+def kv_groups(a):
+    """kv_cache_groups: layers that share a block table, full-attention kinds first."""
+    return kv_cache_groups(a.model.cfg.layer_windows, a.model.cfg.num_layers)
+
+
 def kv_cache(a):
+    """WindowedKVCache: groups share tensors; windowed layers read only their window."""
     if not windowed(a):
         return None
     cfg, groups, p = a.model.cfg, a.part("kv_groups"), next(a.model.parameters())
     a.config = dataclasses.replace(a.config, num_blocks=pool_blocks(a.config.num_blocks, groups, cfg.num_layers))
-    check_fits(a.config, groups)
     return WindowedKVCache(cfg, groups, a.config.num_blocks, a.config.block_size, p.device, p.dtype, impl=a.args.impl)
 
 
 def kv_manager(a):
+    """KVCacheCoordinator: a full or sliding-window manager per group, one pool (enable_prefix_caching)."""
     if not windowed(a):
         return None
-    a.part("kv_cache")                                # the cache's layout settles the pool's size first
+    a.pool()                                          # the cache's layout settles the pool's size first
     return KVCacheCoordinator(a.config.num_blocks, a.config.block_size, [g.window for g in a.part("kv_groups")],
                               enable_caching=a.args.enable_prefix_caching)
 
 
 def inputs(a):
+    """GroupInputs: stage 7's inputs, a block table and slots per KV cache group."""
     groups = a.part("kv_groups")
     if len(groups) == 1:
         return None
@@ -62,7 +69,6 @@ def inputs(a):
     return GroupInputs(a.config, a.device, cache.pad_block, cache.pad_slot, len(groups))
 
 
-STAGES = BEFORE + (Stage("l8_sliding_window", OPTIONS, dict(
-    kv_groups=lambda a: kv_cache_groups(a.model.cfg.layer_windows, a.model.cfg.num_layers),
-    kv_cache=kv_cache, kv_manager=kv_manager, inputs=inputs)),)
+STAGES = BEFORE + (Stage("l8_sliding_window", OPTIONS, dict(kv_groups=kv_groups, kv_cache=kv_cache,
+                                                             kv_manager=kv_manager, inputs=inputs)),)
 LLM, build_engine = entry_points(STAGES)

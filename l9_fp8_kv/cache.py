@@ -22,7 +22,7 @@ import torch
 
 from l3_paged.validate import check_paged_layout
 from l7_fast.cache import norm_args
-from l8_sliding_window.groups import KVGroup, group_of, group_size, layer_slots, layer_tensors
+from l8_sliding_window.groups import KVGroup, group_of, group_size, layer_slots, layer_tensors, request_blocks
 
 from .attention import check_fp8_cache, fp8_attention_ref, paged_attention_fp8
 from .attention_split import fp8_num_splits, paged_attention_fp8_split
@@ -70,6 +70,10 @@ class Fp8KVCache:
     def num_splits(self, batch: int, max_kv_len: int, num_sms: int) -> int:
         """The e4m3 kernel's own split rule (attention_split.fp8_num_splits)."""
         return fp8_num_splits(batch, self.K[0].shape[2], max_kv_len, num_sms)
+
+    def request_blocks(self, n_tokens: int, chunk: int) -> int:
+        """The most blocks one request of ``n_tokens`` holds, in every group (stage 8's groups.py)."""
+        return request_blocks(n_tokens, self.block_size, chunk, self.groups)
 
     def set_kv(self, layer: int, slot_mapping, k, v) -> None:
         """The torch path's write (TorchOps and the tests): quantize, then store codes and scales."""

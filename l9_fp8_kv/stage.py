@@ -18,7 +18,7 @@ import dataclasses
 
 from l5_scheduler.assemble import Stage
 from l5_scheduler.llm import entry_points
-from l8_sliding_window.groups import check_fits, pool_blocks
+from l8_sliding_window.groups import pool_blocks
 from l8_sliding_window.stage import STAGES as BEFORE
 
 from .cache import Fp8KVCache, fp8_pool_blocks
@@ -26,6 +26,7 @@ from .options import KV_CACHE_DTYPES, OPTIONS
 
 
 def kv_cache(a):
+    """Fp8KVCache: e4m3 codes and scales, any groups, its own fused write (kv_cache_dtype)."""
     per_token = KV_CACHE_DTYPES[a.args.kv_cache_dtype]
     if per_token is None:                             # auto: the model's dtype
         return None
@@ -33,7 +34,6 @@ def kv_cache(a):
     shared = pool_blocks(a.config.num_blocks, groups, cfg.num_layers)
     a.config = dataclasses.replace(a.config, num_blocks=fp8_pool_blocks(shared, cfg, groups, a.config.block_size,
                                                                         p.dtype, per_token))
-    check_fits(a.config, groups)
     return Fp8KVCache(cfg, groups, a.config.num_blocks, a.config.block_size, p.device, p.dtype, impl=a.args.impl,
                       per_token=per_token)
 

@@ -2,11 +2,11 @@
 
 A file stays in one shard, so its module fixtures (a tiny model loaded, an engine started) are
 built once; only the files in SPLIT are shared out test by test (test_chain.py: one stage's chain
-per test, a minute of interpreter each for stages 7-9). Units are placed longest first on the
-least-loaded shard, by the seconds in ``shard_weights.json`` for the tier being run (the ``-m``
-expression names it); a unit not listed there counts one second per selected test. The weights only
-balance the shards: a wrong one makes a run slower, never different. ``scripts/run_tests.py
---record`` re-measures them.
+per test, a minute of interpreter each for stages 7-9; test_matrix.py: one combination of features
+per test). Units are placed longest first on the least-loaded shard, by the seconds in
+``shard_weights.json`` for the tier being run (the ``-m`` expression names it); a unit not listed
+there counts one second per selected test. The weights only balance the shards: a wrong one makes
+a run slower, never different. ``scripts/run_tests.py --record`` re-measures them.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 WEIGHTS = Path(__file__).with_name("shard_weights.json")
 #: files shared out test by test (their units are node ids, not the file)
-SPLIT = {"tests/test_chain.py"}
+SPLIT = {"tests/test_chain.py", "tests/test_matrix.py"}
 #: make's -m expressions (Makefile) -> the tier's name in shard_weights.json
 TIERS = {"not lessons and not deep": "test", "lessons": "test-lessons", "deep or fuzz": "test-deep"}
 

@@ -90,13 +90,20 @@ def test_l8_blocks_held_script_check_fails_when_a_group_breaks_its_bound():
     assert len(check(run)) == 1
 
 
-def test_l8_a_pool_too_small_for_one_request_is_refused_at_start():
+def test_l8_a_pool_too_small_for_one_request_is_refused_at_start(tiny):
     """Uneven groups (a full pair and a single windowed layer) leave part of each block unused: a pool
     that holds max_model_len in stage 7's blocks may not hold it here, and start-up says so."""
+    import torch
     from l5_scheduler.config import EngineConfig
-    from l8_sliding_window.groups import KVGroup, check_fits, pool_blocks
+    from l8_sliding_window import build_engine
+    from l8_sliding_window.cache import WindowedKVCache
+    from l8_sliding_window.groups import KVGroup, pool_blocks, request_blocks
     from plumbing.errors import UserError
     groups = [KVGroup(None, (0, 1)), KVGroup(5, (2,))]
-    check_fits(EngineConfig(16, pool_blocks(4, groups, 3), 32, 4, 32), groups)          # 6 blocks: fits
-    with pytest.raises(UserError, match="raise num_gpu_blocks_override"):
-        check_fits(EngineConfig(16, pool_blocks(2, groups, 3), 32, 4, 32), groups)      # 3 blocks, needs 4
+    assert pool_blocks(4, groups, 3) == 6 >= request_blocks(32, 16, 32, groups) == 2 + 2      # fits
+    assert pool_blocks(2, groups, 3) == 3 < request_blocks(32, 16, 32, groups)                # does not
+    model, _ = tiny("qwen2-hybrid")                                                         # three layers
+    cache = WindowedKVCache(model.cfg, groups, 3, 16, "cpu", torch.float32, impl="torch")
+    with pytest.raises(UserError, match="holds up to 4 blocks, the pool has 3. Raise num_gpu_blocks_override"):
+        build_engine(model, None, EngineConfig(16, 3, 32, 4, 32), parts={"kv_cache": cache}, max_model_len=32)
+    build_engine(model, None, EngineConfig(16, 3, 32, 4, 16), parts={"kv_cache": cache}, max_model_len=16)
