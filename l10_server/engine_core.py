@@ -12,9 +12,10 @@ lock (the GIL), so every chunk written makes every step slower: measured on an H
 streams, a thread-based server made 44% of the offline throughput. Here the engine never waits
 for the server; the server merges what it has not sent yet (submission.py).
 
-The child builds its own ``LLM`` from the flags (CUDA is initialized here, never in the server),
-ignores Ctrl-C (the terminal sends it to both processes; the server decides), and exits when
-told to stop or when the server's end of the pipe closes.
+The child builds its own ``LLM``, the latest stage's (``l5_scheduler.stages.latest``: whatever its
+step order, a step may give a request several tokens), from the flags (CUDA is initialized here,
+never in the server), ignores Ctrl-C (the terminal sends it to both processes; the server
+decides), and exits when told to stop or when the server's end of the pipe closes.
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ def run_engine_core(model, llm_kwargs: dict, inbox, outbox) -> None:
     """The child process's entry point: load, say "ready" (with what the server shows), serve."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        from l9_fp8_kv import LLM
+        from l5_scheduler.stages import latest
         from .serve import describe
-        llm = LLM(model, **llm_kwargs)
+        stage = latest("stage")                             # the whole engine: every stage's parts
+        llm = stage.LLM(model, **llm_kwargs)
         if llm.tokenizer is None:
             raise UserError("this checkpoint has no tokenizer, and a server sends text: serve one that ships "
                             "tokenizer.json / tokenizer_config.json.")
@@ -42,8 +44,9 @@ def run_engine_core(model, llm_kwargs: dict, inbox, outbox) -> None:
         return
     core = EngineCore(llm.llm_engine, outbox)
     cfg = llm.llm_engine.config
-    outbox.send(("ready", dict(describe=describe(llm, model or "tiny-qwen3"), max_model_len=cfg.max_model_len,
-                               tokenizer_path=str(llm.tokenizer.name_or_path), snapshot=core.snapshot())))
+    outbox.send(("ready", dict(describe=describe(llm, model or "tiny-qwen3", stage.__name__.split(".")[0]),
+                               max_model_len=cfg.max_model_len, tokenizer_path=str(llm.tokenizer.name_or_path),
+                               snapshot=core.snapshot())))
     core.run(inbox)
 
 
@@ -159,18 +162,26 @@ class EngineCore:
         return [(track.key, "out", track.i, (ends, True))]
 
     def _emit(self, outs) -> tuple[tuple, list]:
-        """One step's outputs, in two forms. Most are one new token of a running request with one
-        choice and no logprobs: those go as three flat lists (submission key, prompt index, token),
-        which pickle in microseconds. The rest (a choice that finished, n > 1, logprobs) go as one
-        tuple per prompt of a Choice's fields. This is on every step's critical path."""
+        """One step's outputs, in two forms. Most are the new tokens (usually one; a step order may
+        give several) of a running request with one choice and no logprobs: those go as three flat
+        lists (submission key, prompt index, token: one entry per token, in order), which pickle in
+        microseconds. The rest (a choice that finished, n > 1, logprobs) go as one tuple per prompt
+        of a Choice's fields. This is on every step's critical path."""
         eng, seq, keys, idx, toks, updates = self.engine, self._seq, [], [], [], {}
+        generated = 0
         for o in outs:
             track, k = seq[o.request_id]
             ids = o.new_token_ids
-            if track.simple and not o.finished and len(ids) == 1:
-                keys.append(track.key)
-                idx.append(track.i)
-                toks.append(ids[0])
+            generated += len(ids)
+            if track.simple and not o.finished:
+                if len(ids) == 1:                                        # the common case: one token a step
+                    keys.append(track.key)
+                    idx.append(track.i)
+                    toks.append(ids[0])
+                else:
+                    keys += [track.key] * len(ids)
+                    idx += [track.i] * len(ids)
+                    toks += ids
                 continue
             lps = eng.requests[o.request_id].logprobs[-len(ids):] if track.logprobs else None
             ch = (k, ids, lps, None, None, None)
@@ -182,7 +193,7 @@ class EngineCore:
             if track.rid not in updates:
                 updates[track.rid] = (track, [])
             updates[track.rid][1].append(ch)
-        self.counts["generation_tokens"] += len(outs)           # one token per sequence per step
+        self.counts["generation_tokens"] += generated              # tokens, not sequences: a step may give several
         out = []
         for rid, (track, chs) in updates.items():
             if track.left == 0:                                    # the engine forgets it now

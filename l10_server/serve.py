@@ -3,13 +3,15 @@
 ``python -m l10_server`` (``__main__.py``) parses the flags and calls ``run``; tests call
 ``make_server`` and run it on a socket they bound (port 0: a free port, no race).
 
-The engine is stage 9's ``LLM`` (with ``--kv-cache-dtype auto``, stage 8's engine: stage 7's
-runner, stage 6's prefix cache, stage 5's loop), built in the engine core process
-(engine_core.py) from the same keyword arguments, so every earlier stage's option works here.
+The engine is the latest stage's ``LLM`` (``l5_scheduler.stages.latest("stage")``, found by
+folder: this package names no stage after its own), built in the engine core process
+(engine_core.py) from the keyword arguments the flags give, so every stage's option works here.
 
 On a machine without CUDA, ``--impl auto`` serves with the PyTorch attention and torch ops: the
 Triton interpreter runs the kernels hundreds of times slower, which no client would wait for.
-``--impl triton`` runs them anyway (lessons, checks).
+``--impl triton`` runs them anyway (lessons, checks); so does any kernel flag given explicitly
+(``--fused-ops``): a flag given wins over the server's defaults, and one that the configuration
+ignores (``--split-kv`` with the PyTorch attention) says so on stderr.
 """
 from __future__ import annotations
 
@@ -65,13 +67,17 @@ class Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def describe(llm, name: str) -> str:
+def describe(llm, name: str, engine: str = "") -> str:
+    """The start line's description; ``engine``: the stage package whose ``LLM`` it is."""
     eng = llm.llm_engine
     cfg, p, runner = eng.config, next(llm.model.parameters()), eng.runner
     impl = "PyTorch attention" if runner.cache.impl == "torch" else "Triton kernels"
     impl += ", CUDA graphs" if getattr(runner, "graphs", None) else ""
-    return (f"{name} on {p.device.type} ({str(p.dtype).replace('torch.', '')}, {impl}) | KV {cfg.num_blocks} blocks "
-            f"x {cfg.block_size} tokens | max_model_len {cfg.max_model_len} | max_num_seqs {cfg.max_num_seqs}")
+    kv = getattr(getattr(eng, "args", None), "kv_cache_dtype", "auto")     # the options it was built from
+    steps = f"{engine}'s engine, {type(eng.step_order).__name__}" if engine else type(eng.step_order).__name__
+    return (f"{name} on {p.device.type} ({str(p.dtype).replace('torch.', '')}, {impl}) | {steps} | KV "
+            f"{cfg.num_blocks} blocks x {cfg.block_size} tokens{'' if kv == 'auto' else f' ({kv})'} | max_model_len "
+            f"{cfg.max_model_len} | max_num_seqs {cfg.max_num_seqs}")
 
 
 def make_server(model: str | None, llm_kwargs: dict, name: str | None = None, *, host: str = "127.0.0.1",
@@ -85,27 +91,63 @@ def make_server(model: str | None, llm_kwargs: dict, name: str | None = None, *,
     return Server(config, async_llm, async_llm.info["describe"])
 
 
-#: ``--impl torch``: the reference attention and the skeleton's torch ops, no Triton at all
+#: the server's defaults under the PyTorch reference (``--impl torch``, or auto on a CPU): no Triton at all
 TORCH_IMPL = dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)
 
 
 def impl_options(device: str, impl: str = "auto") -> dict:
-    """The LLM(...) options of ``--impl``: auto is Triton on cuda and the PyTorch reference on a CPU."""
+    """The server's LLM(...) defaults for ``--impl``: auto is Triton on cuda and the PyTorch reference on a CPU."""
     if impl == "auto":
         impl = "triton" if device.startswith("cuda") else "torch"
     return dict(TORCH_IMPL) if impl == "torch" else {}
 
 
-def llm_options(args) -> dict:
-    """The LLM(...) keyword arguments the flags ask for."""
-    from plumbing.runtime import default_device
-    device = args.device or default_device()
-    kw = dict(device=device, dtype=args.dtype, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-              num_gpu_blocks_override=args.num_gpu_blocks_override, seed=args.seed,
-              enable_prefix_caching=args.enable_prefix_caching, enforce_eager=args.enforce_eager,
-              kv_cache_dtype=args.kv_cache_dtype)
-    return dict(kw, **impl_options(device, args.impl))
+def ignored(kw: dict, given: dict, device: str) -> list[str]:
+    """A note for each flag given whose value this configuration (``kw``: what LLM(...) gets) cannot
+    honour: the value asks for something that will not run here."""
+    cpu, torch_attn = not device.startswith("cuda"), kw.get("impl", "triton") == "torch"
+
+    def on(name, default=True):                             # the value the engine will use
+        return kw.get(name, default)
+
+    attn = f"the PyTorch attention (--impl {'torch' if given.get('impl') == 'torch' else 'auto on a CPU'})"
+    graphs = "there are no CUDA graphs on a CPU" if cpu else f"{attn} runs without CUDA graphs" if torch_attn else None
+    why = {
+        "split_kv": (True, f"{attn} does not split the keys" if torch_attn else None),
+        "gemv": (True, "the GEMV is one of the fused ops, which are off (--no-fused-ops)"
+                 if not on("fused_ops") else None),
+        "norm_prologue": (True, "the norm prologue lives in the fused ops' GEMV, which is off"
+                          if not (on("fused_ops") and on("gemv")) else None),
+        "pdl": (True, "PDL needs a Hopper GPU" if cpu else
+                "PDL chains the fused ops' kernels, which are off (--no-fused-ops)" if not on("fused_ops") else None),
+        "enforce_eager": (False, graphs),
+        "prefill_graphs": (True, graphs or ("--enforce-eager turns CUDA graphs off" if on("enforce_eager", False)
+                                            else None)),
+        "gpu_memory_utilization": (None, "a CPU's pool is --num-gpu-blocks-override blocks (256 by default)"
+                                   if cpu else None),
+    }
+    notes = []
+    for name, (asks, reason) in why.items():
+        if name in given and reason is not None and (asks is None or given[name] == asks):
+            value = given[name]
+            flag = "--" + ("no-" if value is False else "") + name.replace("_", "-")
+            notes.append(f"{flag}{'' if isinstance(value, bool) else f' {value}'} ignored: {reason}.")
+    return notes
+
+
+def llm_options(given: dict, device: str | None = None) -> tuple[dict, list[str]]:
+    """The LLM(...) keyword arguments for the engine options the flags gave (``model`` apart): the
+    server's defaults for the device (``impl_options``), the flags given over them; and the notes
+    of ``ignored``. ``device``: where to serve when ``--device`` was not given (default: cuda if present)."""
+    device = given.get("device") or device
+    if device is None:
+        from plumbing.runtime import default_device          # (loads torch)
+        device = default_device()
+    kw = dict(impl_options(device, given.get("impl", "auto")), **{k: v for k, v in given.items() if k != "model"})
+    kw["device"] = device
+    if kw.get("impl") == "auto":                             # decided here, where the notes are
+        kw["impl"] = "triton" if device.startswith("cuda") else "torch"
+    return kw, ignored(kw, given, device)
 
 
 @contextlib.contextmanager
@@ -132,9 +174,13 @@ def running_in_thread(server: Server, timeout: float = 60.0):
         server.async_llm.shutdown()
 
 
-def run(args) -> None:
+def run(args, given: dict) -> None:
+    """``given``: the engine options the flags gave (``__main__.given_options``, checked)."""
     t0 = time.perf_counter()
-    server = make_server(args.model, llm_options(args), args.served_model_name, host=args.host, port=args.port,
+    kw, notes = llm_options(given)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr, flush=True)
+    server = make_server(given.get("model"), kw, args.served_model_name, host=args.host, port=args.port,
                          max_pending=args.max_pending, log_level=args.log_level)
     server.t0 = t0
     server.run()

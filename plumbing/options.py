@@ -129,7 +129,7 @@ def add_flags(parser: argparse.ArgumentParser, options, defaults: dict | None = 
         g = groups.get(opt.group) or groups.setdefault(opt.group, parser.add_argument_group(f"{opt.group} options"))
         default = defaults.get(opt.name, opt.default)
         shown = json.dumps(default) if isinstance(default, dict) else default
-        help_ = f"{opt.help} (default: {shown})"
+        help_ = opt.help if "default" in opt.help and opt.name not in defaults else f"{opt.help} (default: {shown})"
         if opt.type is bool:
             g.add_argument(opt.flag, action=argparse.BooleanOptionalAction, default=None, help=help_)
         elif opt.type is dict:

@@ -8,8 +8,9 @@ import time
 
 @contextlib.contextmanager
 def running_server(model: str = "tiny-qwen3", *, max_pending: int = 1024, **llm_kw):
-    """Yields (base_url, server). The engine core (its own process) runs stage 9's LLM: on a CPU with
-    the PyTorch attention and ops (the server's ``--impl auto``), on a GPU with the Triton kernels."""
+    """Yields (base_url, server). The engine core (its own process) runs the latest stage's LLM: on a
+    CPU with the PyTorch attention and ops (the server's ``--impl auto``), on a GPU with the Triton
+    kernels; ``llm_kw`` (any LLM option, e.g. ``speculative_config``) goes over those defaults."""
     import torch
     from l10_server.serve import impl_options, make_server, running_in_thread
     cuda = torch.cuda.is_available()
