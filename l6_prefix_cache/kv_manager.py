@@ -107,12 +107,13 @@ class KVCacheManager:
 
     def advance(self, scheduled) -> None:
         """The scheduled tokens' K/V are written: blocks that filled this step get their hashes."""
-        bs = self.block_size
+        bs, caching = self.block_size, self.pool.enable_caching
         for req, n in scheduled:
             kv = req.kv
             kv.cur_len += n
-            if kv.cur_len % bs < n and self.pool.enable_caching:   # it crossed a block boundary: a block is full
-                self.cache_full_blocks(kv, self.block_hashes(req, kv.cur_len // bs))
+            if kv.cur_len % bs < n:                 # it crossed a block boundary: a block is now full
+                if caching:
+                    self.cache_full_blocks(kv, self.block_hashes(req, kv.cur_len // bs))
 
     def free(self, handle) -> None:
         """Drop one reference on each of ``handle``'s blocks, tail first. Checks, then mutates."""

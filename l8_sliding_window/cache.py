@@ -72,7 +72,8 @@ class WindowedKVCache:
 
     def attend_cached(self, layer: int, q, meta):
         g = self.slots[layer][0]
-        table, window = group_of(meta, g)[0], self.groups[g].window
+        table = group_of(meta, g)[0]
+        window = self.groups[g].window
         if window is None:
             return attend_paged(q, self.K[layer], self.V[layer], meta, table, self.impl)
         args = (q, self.K[layer], self.V[layer], meta.cu_seqlens_q, meta.seq_lens_kv, table)

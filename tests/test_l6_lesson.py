@@ -57,8 +57,8 @@ def test_lesson6_quoted_tokens_and_run_it_lines_are_current():
 def test_lesson6_quoted_readmission_with_stage5s_pool_is_current():
     """6.7: with stage 5's 14-block pool the preempted request's cached block is evicted first."""
     text = LESSON.read_text().replace("\n", " ")
-    m = re.search(r"`python scripts/l6_smoke\.py (--num-blocks \d+)`.*?\(`(readmissions after preemption: [^`]*)`\)",
-                  text)
+    m = re.search(r"`python scripts/l6_smoke\.py (--num-gpu-blocks-override \d+)`.*?\(`(readmissions after preemption: "
+                  r"[^`]*)`\)", text)
     assert m, "lesson 6 no longer quotes the readmission line of the smaller pool"
     out = _out(l6_main, m.group(1).split())
     assert any(ln.startswith("prefix hit : ") and ln.endswith(m.group(2)) for ln in out), \
