@@ -59,9 +59,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import l5_scheduler  # noqa: E402  (before triton: picks GPU or interpreter)
+import plumbing.runtime  # noqa: E402,F401  (before triton: picks GPU or interpreter; stage packages import lazily)
 from bench_common import bench_device, build_checkpoint, ceilings, free, sync, workload  # noqa: E402
-from bench_e2e_report import markdown, plot, roofline  # noqa: E402
+from bench_e2e_report import markdown, overlapped, plot, roofline  # noqa: E402
 from l5_scheduler import LLM, SamplingParams  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
 from l7_fast.warmup import cache_entries, triton_cache_dir  # noqa: E402
@@ -251,7 +251,7 @@ def main(argv=None):
     rows, schedule = [], None
     for variant, fixed in variants:
         r, stats = run_ours(llm, work, fixed)
-        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf, llm.llm_engine.overlap) if bw else None)
+        r.update(engine=f"ours ({meta['stage']})", variant=variant, roofline=roofline(stats, cfg, bw, tf, overlapped(llm.llm_engine)) if bw else None)
         schedule = schedule or stats
         r["new_cache_entries"] = len(cache_entries()) - start["triton_cache"]["entries_after_start"]
         rows.append(r)

@@ -22,6 +22,12 @@ def step_floor(s, cfg, bw_gbps, peak_tflops):
     return t_mem, max(t_mem, flops / (peak_tflops * 1e12)), nbytes, flops
 
 
+def overlapped(engine) -> bool:
+    """Does the engine run stage 7's async order (``phases``: its step records lag one step)?"""
+    from l7_fast.step import OverlappedStep
+    return isinstance(engine.step_order, OverlappedStep)
+
+
 def roofline(stats, cfg, bw_gbps, peak_tflops, overlapped=None):
     """Sum over steps of the bytes (and FLOPs) the step cannot avoid, as a time floor; with
     ``overlapped`` (the engine's step order) also the time and floor of each kind of step."""

@@ -45,7 +45,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import l9_fp8_kv  # noqa: E402,F401  (before triton: picks GPU or interpreter)
+import plumbing.runtime  # noqa: E402,F401  (before triton: picks GPU or interpreter; stage packages import lazily)
 from bench_attention import sdpa  # noqa: E402
 from bench_common import bench_device, build_checkpoint, ceilings, free, pyplot, timed  # noqa: E402
 from l3_paged.paged_batch import make_paged_batch  # noqa: E402

@@ -73,7 +73,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import l7_fast  # noqa: E402,F401  (before triton: picks GPU or interpreter)
+import plumbing.runtime  # noqa: E402,F401  (before triton: picks GPU or interpreter; stage packages import lazily)
 from bench_common import bench_device, build_checkpoint, ceilings, free  # noqa: E402
 from bench_l7_measure import (PLAIN, floor_ms, hf_ms_per_token, host_ab, make, per_decode_step, run,  # noqa: E402
                               steady_kernels, steady_time)

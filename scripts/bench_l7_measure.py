@@ -10,12 +10,9 @@ import torch
 from bench_common import free, sync
 from harness.plain_parts import PlainKVCacheManager, PlainSampler, PlainScheduler, plain_stops
 from l4_sampler.params import SamplingParams
-from l5_scheduler.engine import LLMEngine
 from l6_prefix_cache import build_engine as build6
-from l7_fast import GraphRunner, Profiler, build_engine as build7
-from l7_fast.ops import FusedOps
+from l7_fast import Profiler, build_engine as build7
 from l7_fast.profile import kernel_profile, summarize_timings
-from l7_fast.runner import FastRunner
 
 PLAIN = "plain"      # a row's parts: stage 7's runner, the plain parts (harness/plain_parts.py)
 
@@ -25,17 +22,12 @@ def make(model, config, fast, profiler=None):
     wrap = profiler.wrap if profiler is not None else None
     if fast is None:
         return build6(model, None, config, wrap=wrap)
-    if fast == PLAIN:
-        runner = FastRunner(model, config, FusedOps(model))
-        if runner.device.type == "cuda":
-            runner = GraphRunner(runner)
-        parts = dict(scheduler=PlainScheduler(PlainKVCacheManager(config.num_blocks, config.block_size),
-                                              config.max_num_batched_tokens, config.max_num_seqs),
-                     runner=runner, sampler=PlainSampler())
-        if wrap:
-            parts = {k: wrap(k, v) for k, v in parts.items()}
-        return LLMEngine(model, None, config, **parts)
-    return build7(model, None, config, profiler=profiler, **fast)
+    if fast == PLAIN:            # the plain scheduler and sampler given outright; stage 7's runner; the plain order
+        kv = PlainKVCacheManager(config.num_blocks, config.block_size)
+        parts = dict(scheduler=PlainScheduler(kv, config.max_num_batched_tokens, config.max_num_seqs),
+                     sampler=PlainSampler())
+        return build7(model, None, config, parts=parts, wrap=wrap, async_scheduling=False)
+    return build7(model, None, config, wrap=wrap, **fast)
 
 
 def add(engine, prompts, new, plain=False):

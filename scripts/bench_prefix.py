@@ -10,8 +10,9 @@ Workloads (random token ids, ignore_eos, greedy):
              uniform in [100, 1024], nothing shared. The cache can only cost here (hashing and
              bookkeeping); it must not be slower.
 Model: a random-weight checkpoint of Qwen3-0.6B's shape, bf16, built by scripts/bench_e2e.py's
-builder. Peer: the same engine with enable_prefix_caching=False (= stage 5), same pool, same
-budget, measured in the same run. Each run starts from a fresh engine (an empty cache).
+builder. Peer ("caching off"): stage 5's engine (stage 2's allocator, no hashing at all; not stage
+6's pool with enable_prefix_caching=False), same pool, same budget, measured in the same run.
+Each run starts from a fresh engine (an empty cache).
 
 Each (workload, caching) pair runs --repeats times (default 2), interleaved off/on then on/off,
 because host-bound step times drift within one run. Reported per run: output tok/s; the median
@@ -58,7 +59,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import l6_prefix_cache  # noqa: E402,F401  (before triton: picks GPU or interpreter)
+import plumbing.runtime  # noqa: E402,F401  (before triton: picks GPU or interpreter; stage packages import lazily)
 from bench_common import bench_device, build_checkpoint, ceilings, free, pyplot, sync, workload  # noqa: E402
 from bench_e2e_report import roofline  # noqa: E402
 from plumbing.tiny import tiny_checkpoint  # noqa: E402
@@ -73,11 +74,14 @@ def shared_workload(n, system_len, own_lo, own_hi, out_lo, out_hi, vocab, seed):
 
 
 def run(llm, work, caching: bool, label: str):
-    """A fresh engine (empty cache), every request added at once, stepped to the end."""
-    from l6_prefix_cache import build_engine
+    """A fresh engine (empty cache), every request added at once, stepped to the end. Off: stage 5's
+    engine (the docstring's peer)."""
+    from l5_scheduler import build_engine as build5
+    from l6_prefix_cache import build_engine as build6
     llm.llm_engine = None
     free()
-    eng = llm.llm_engine = build_engine(llm.model, llm.tokenizer, llm.config, enable_prefix_caching=caching, seed=0)
+    eng = llm.llm_engine = build6(llm.model, llm.tokenizer, llm.config, seed=0) if caching else \
+        build5(llm.model, llm.tokenizer, llm.config, seed=0)
     ids = [eng.add_request({"prompt_token_ids": p}, SamplingParams(temperature=0, ignore_eos=True, max_tokens=m))
            for p, m in work]
     gc_time, gc_start = [0.0, 0], [0.0]

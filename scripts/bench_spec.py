@@ -47,7 +47,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import l11_spec_decode  # noqa: E402,F401  (before triton: picks GPU or interpreter)
+import plumbing.runtime  # noqa: E402,F401  (before triton: picks GPU or interpreter; stage packages import lazily)
 from bench_common import bench_device, build_checkpoint, ceilings, free, pyplot, sync  # noqa: E402
 from bench_l7_measure import floor_ms  # noqa: E402
 from l11_spec_decode import LLM, SamplingParams  # noqa: E402

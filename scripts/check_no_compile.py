@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     wanted = use_empty_cache(a.cache_dir)
     sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
     import torch
-    import l7_fast  # noqa: F401  (before triton: picks GPU or interpreter)
+    import plumbing.runtime  # noqa: F401  (before triton: picks GPU or interpreter; stage packages import lazily)
     from l7_fast.warmup import cache_entries, triton_cache_dir
     if not torch.cuda.is_available():
         print("check_no_compile needs a CUDA device: the Triton interpreter (CPU) compiles nothing. "
