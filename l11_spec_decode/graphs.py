@@ -32,9 +32,11 @@ def uniform_verify(out) -> int | None:
     return q if q > 1 and all([n == q and s == q for (_, n), s in zip(out.scheduled, out.sample)]) else None
 
 
-def verify_keys(buckets, q: int, max_batch: int) -> list[tuple]:
-    """The verify graphs to capture: (B, q') per bucket B <= max_batch and q' = 2..q."""
-    return [(B, j) for B in buckets if B <= max_batch for j in range(2, q + 1)]
+def verify_keys(buckets, q: int, max_batch: int, max_tokens: int) -> list[tuple]:
+    """The verify graphs to capture: (B, q') per bucket B <= max_batch and q' = 2..q, B q' tokens at
+    most ``max_tokens`` (a step never holds more than the token budget: a bigger graph would be
+    captured for nothing, on inputs sized for the budget)."""
+    return [(B, j) for B in buckets if B <= max_batch for j in range(2, q + 1) if B * j <= max_tokens]
 
 
 class VerifyGraphs:
@@ -46,7 +48,8 @@ class VerifyGraphs:
         gc.collect()
         torch.cuda.empty_cache()
         before, pool, stream = torch.cuda.memory_reserved(), None, torch.cuda.Stream()
-        for B, j in sorted(verify_keys(r.buckets, q, max_batch), key=lambda key: -key[0] * key[1]):
+        keys = verify_keys(r.buckets, q, max_batch, r.config.max_num_batched_tokens)
+        for B, j in sorted(keys, key=lambda key: -key[0] * key[1]):
             self.graphs[(B, j)] = capture(r, r.buf.pad_only(B, r.cache.pad_slot, j), j, 1, pool, stream)
             pool = self.graphs[(B, j)][0].pool()
         torch.cuda.synchronize()

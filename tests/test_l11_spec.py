@@ -255,7 +255,18 @@ def test_l11_alone_every_step_after_the_prefill_has_a_graph_to_replay(alpha):
         return (r.bucket(len(out.scheduled)), q) if q is not None else step_key(out, r.bucket, [])
     r.execute = lambda out: keys.append(key(out)) or execute(out)
     assert run(llm, [prompt], n=23) == ref
-    captured = graph_keys(r.buckets, []) + verify_keys(r.buckets, 5, eng.step_order.speculator.disable_by_batch_size)
+    captured = graph_keys(r.buckets, []) + verify_keys(r.buckets, 5, eng.step_order.speculator.disable_by_batch_size,
+                                                       r.config.max_num_batched_tokens)
     assert keys[0] is None and len(keys) > 5                   # the prompt's prefill (no prefill buckets here)
     assert all(k in captured for k in keys[1:]), keys
     assert any(1 < k[1] < 5 for k in keys[1:]), keys           # the tail verified fewer than 4 guesses
+
+
+def test_l11_verify_graphs_are_only_captured_for_steps_the_budget_allows():
+    """A verify step never holds more tokens than the budget: its graph would be captured for nothing,
+    on inputs sized for the budget (on a GPU, past their end: a 16-token budget, 6 x 3 guesses)."""
+    from l11_spec_decode.graphs import verify_keys
+    keys = verify_keys([1, 2, 4, 6], 3, 8, 16)
+    assert (4, 3) in keys and (6, 2) in keys and (6, 3) not in keys
+    assert all(B * q <= 16 for B, q in keys) and len(verify_keys([1, 2, 4, 6], 3, 8, 8192)) == 8
+
