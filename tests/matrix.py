@@ -80,12 +80,15 @@ def row_id(row: dict) -> str:
 
 
 def options(row: dict, device: str = "cpu") -> dict:
-    """The LLM(...) options of a row. On a CPU the attention runs through Triton's interpreter only
-    where the fused ops do too (the torch reference otherwise), to keep a row in seconds."""
+    """The LLM(...) options of a row. On a CPU, to keep a row in seconds under Triton's interpreter:
+    the attention is Triton's only where the fused ops are (the torch reference otherwise), and the
+    fused ops leave out the GEMV (it reads weights and activations only, so no factor here changes
+    what it does; tests/test_l7_kernels.py and the GPU rows check it)."""
     opts = {k: v for k, v in row.items() if k not in ("model", "speculation")}
     opts |= dict(SIZES, speculative_config=SPECS[row["speculation"]], keep_logits=True, device=device)
     if device == "cpu":
         opts["impl"] = "triton" if row["fused_ops"] else "torch"
+        opts["gemv"] = False
     return opts
 
 
