@@ -2,8 +2,8 @@
 
 Two measurements, because a profiler that records every launch also slows every launch:
 
-1. ``Profiler`` (no CUDA profiler): a part composed into the engine by stage 7's builder
-   (``build_engine(..., profiler=Profiler())``), which wraps the engine's parts before the loop
+1. ``Profiler`` (no CUDA profiler): a part composed into the engine by the assembler
+   (``build_engine(..., wrap=profiler.wrap)``), which wraps the engine's parts before the loop
    gets them. Per step it records the wall time, the time the host then waits for the GPU (a
    synchronize right after the forward, before the sampler's own sync), host time = wall - wait,
    and the host parts: schedule, execute (the runner: inputs, copy, launches), advance, sample
@@ -27,7 +27,7 @@ NAMES = {"schedule": "schedule", "advance": "advance", "execute": "execute", "__
 
 
 class Profiler:
-    """``build_engine(..., profiler=p)``, then ``p.step(engine)`` instead of ``engine.step()``."""
+    """``build_engine(..., wrap=p.wrap)``, then ``p.step(engine)`` instead of ``engine.step()``."""
 
     def __init__(self):
         self.timings: list[dict] = []               # per step: wall / wait / host ms, mode, tokens, parts
@@ -35,7 +35,7 @@ class Profiler:
         self._wait = 0.0
 
     def wrap(self, name: str, part):
-        """The ``wrap`` of stage 5's builder: time this part's methods (TIMED)."""
+        """The assembler's ``wrap``: time this part's methods (TIMED)."""
         return _Timed(part, self, TIMED.get(name, ()))
 
     def add(self, name: str, seconds: float) -> None:
