@@ -12,7 +12,7 @@
 #     next make skip the install until pyproject.toml changes. FORCE=1 reinstalls.
 #
 # Tests, in tiers (tests/conftest.py says what each holds):
-#   make test           the default tier, under 5 minutes on 2 cores
+#   make test           the default tier, under 2 minutes on 2 cores
 #   make test-lessons   the lessons' exercises and quoted outputs, the chain on every tiny model
 #   make test-deep      the hypothesis searches from scratch, every property test at depth
 #   make gpu-test       the GPU tests (deselected on a machine without CUDA)
@@ -20,8 +20,9 @@
 # Variables (make test VAR=value): BASE_PY, VENV, PY, TORCH, TORCH_INDEX, TORCH_CPU_INDEX,
 # TORCH_PROBE_TIMEOUT, FORCE, PYTEST_ARGS, TEST_JOBS, SERVE_ARGS (make serve: stage 10's server).
 #
-# The three CPU tiers run through scripts/run_tests.py: one pytest process per core (at most 4;
-# TEST_JOBS=1 is plain pytest), each a shard of whole test files balanced by tests/shard_weights.json.
+# The three CPU tiers run through pytest-xdist: -n $(TEST_JOBS) processes (auto: one per core, at most
+# 4) taking whole test files (--dist loadfile; tests/conftest.py shares two long files out test by
+# test). TEST_JOBS=0 runs plain pytest in one process.
 
 BASE_PY ?= python3
 VENV ?= .venv
@@ -31,8 +32,8 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PROBE_TIMEOUT ?= 5
 FORCE ?=
 PYTEST_ARGS ?=
-TEST_JOBS ?=
-JOBS_ARG := $(if $(TEST_JOBS),--jobs $(TEST_JOBS),)
+TEST_JOBS ?= auto
+XDIST = -n $(TEST_JOBS) --maxprocesses=4 --dist loadfile
 SERVE_ARGS ?=
 
 ifeq ($(origin PY),undefined)
@@ -129,13 +130,13 @@ demo: install
 	$(PY) scripts/check_chain.py
 
 test: install
-	$(PY) scripts/run_tests.py $(JOBS_ARG) -- -m "not lessons and not deep" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "not lessons and not deep" $(PYTEST_ARGS)
 
 test-lessons: install
-	$(PY) scripts/run_tests.py $(JOBS_ARG) -- -m lessons $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m lessons $(PYTEST_ARGS)
 
 test-deep: install
-	$(PY) scripts/run_tests.py $(JOBS_ARG) -- -m "deep or fuzz" --hypothesis-profile=deep $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) -m "deep or fuzz" --hypothesis-profile=deep $(PYTEST_ARGS)
 
 chain: install
 	$(PY) scripts/check_chain.py

@@ -12,7 +12,9 @@ Tiers (pyproject.toml's markers; the Makefile's targets):
     make test-deep      ``deep`` and ``fuzz``: the hypothesis searches that found each planted bug,
                         run from scratch, and every property test at the deep example count
 
-Each tier runs as N processes, ``--shard I/N`` each (shards.py; scripts/run_tests.py starts them).
+Each tier runs through pytest-xdist (``-n auto --dist loadfile``, the Makefile): one process per
+core, each taking whole test files, so a file's module fixtures are built once. Two files are shared
+out test by test (SPLIT below): their tests build everything themselves and are long.
 """
 import os
 import sys
@@ -41,18 +43,34 @@ def pytest_configure(config):
         os.environ["TRITON_LLM_LESSONS_CACHE"] = tempfile.mkdtemp(prefix="tll-cache-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
     import plumbing.runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel module is imported)
+    if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+        # one xdist worker per core: one torch thread each (and in the scripts a test starts)
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+        torch.set_num_threads(1)
 
 
-def pytest_addoption(parser):
-    parser.addoption("--shard", default=None, metavar="I/N",
-                     help="run shard I of N (0-based): whole test files, balanced by tests/shard_weights.json "
-                          "(scripts/run_tests.py runs the N at once, one per core)")
+#: files whose tests xdist's loadfile shares out one by one (test_chain.py: a stage's chain per
+#: test, up to a minute of interpreter each; test_matrix.py: one combination of features per test)
+SPLIT = ("tests/test_chain.py", "tests/test_matrix.py")
 
 
-@pytest.hookimpl(trylast=True)          # after -m and -k have deselected: shards split what runs
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, except that each test of a SPLIT file is a unit of its own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SplitSome(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return nodeid if nodeid.split("::")[0] in SPLIT else super()._split_scope(nodeid)
+    return SplitSome(config, log)
+
+
+@pytest.hookimpl(trylast=True)          # after -m and -k have deselected
 def pytest_collection_modifyitems(config, items):
-    """Without a CUDA device the GPU tests are deselected (one line in the summary, not a skip each).
-    With --shard I/N, only shard I's test files are kept."""
+    """Without a CUDA device the GPU tests are deselected (one line in the summary, not a skip each)."""
     import torch
     if not torch.cuda.is_available():
         gpu = [item for item in items if "gpu" in item.keywords]
@@ -60,9 +78,6 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=gpu)
             items[:] = [item for item in items if "gpu" not in item.keywords]
             config._gpu_deselected = len(gpu)
-    if config.getoption("--shard"):
-        from shards import keep_shard
-        keep_shard(config, items)
 
 
 def pytest_report_header(config):

@@ -17,8 +17,8 @@ from harness.stages import STAGES
 # tier's tests/test_l9_engine.py checks that it is, and that the fp8 path emits its reference
 # path's tokens). Stage 11's kernels are stage 9's, and its identity with stage 9 is the default
 # tier's scripts/l11_identity.py test. On tiny-qwen3 each stage is its own test (its tokens
-# against the oracle's, hence against every other stage's), so that make test's processes
-# (scripts/run_tests.py) can share them out.
+# against the oracle's, hence against every other stage's), so that make test's xdist workers
+# can share them out (tests/conftest.py's SPLIT).
 DEFAULT_TIER = [s for s in STAGES if s not in ("l8_sliding_window", "l9_fp8_kv", "l11_spec_decode")]
 
 
