@@ -105,6 +105,10 @@ def _check_break_it(lesson, sec, tmp_path):
     rc, out = _run(command, repo)
     assert rc != 0, f"{lesson}: after the edit, `{command}` still passes:\n{out}"
     _assert_quoted(quoted, out, f"lessons/{lesson}.md (break it)")
+    failed = {ln.split()[1] for ln in out.splitlines() if ln.startswith("FAILED ")}
+    listed = {ln.split()[1] for ln in quoted if ln.startswith("FAILED ")}
+    assert not listed or listed == failed, (f"lessons/{lesson}.md (break it) lists the tests that fail; "
+                                            f"missing: {sorted(failed - listed)}")
 
 
 # --- build it -----------------------------------------------------------------------------------
