@@ -144,8 +144,9 @@ chain: install
 gpu-test: install
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
 
+# A GPU benchmark (docs/benchmarks.md lists them all); a GPU run writes benchmarks/results/bench_attention/.
 bench: install
-	$(PY) scripts/bench_attention.py
+	$(PY) -m benchmarks.bench_attention
 
 # Stage 10's OpenAI-compatible server, on the built-in tiny model unless SERVE_ARGS names one:
 #   make serve SERVE_ARGS="--model PATH --port 8001"      (python -m l10_server --help lists the flags)

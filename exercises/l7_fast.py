@@ -5,8 +5,9 @@ Replace the stub below with your own ``graph_buckets``, then run
     python scripts/exercise.py l7
 
 which runs the project's tests with ``LESSONS_LEARNER=l7``: the fast runner then captures one
-graph per size your function returns (``l7_fast/runner.py``, ``FastRunner.__init__``, 7.4 of the
-lesson), and every decode step of n requests replays the smallest bucket >= n.
+graph per size your function returns (``l7_fast/runner.py``, ``FastRunner.__init__``; the lesson's
+chapter: lessons/l7_fast/3_inputs_and_graphs.md), and every decode step of n requests replays the
+smallest bucket >= n.
 
 Contract
     max_num_seqs  int >= 1      the most requests that can run in one step

@@ -1,8 +1,8 @@
 """The engine's parts written plainly, without their cheap branches: the oracle of tests/test_l7_host.py and
 tests/test_l7_host_engine.py, and the baseline of `measure_wall.py --lesson 7`.
 
-Every owner of a decision has a cheap branch for the common step (lesson 7.6). These are the same
-parts with the branch taken out, so each asks the general question every time:
+Every owner of a decision has a cheap branch for the common step (lessons/l7_fast/5_host_branches.md).
+These are the same parts with the branch taken out, so each asks the general question every time:
 
     PlainScheduler      every running request asks the KV manager for blocks, every step, its
                         token count is len(prompt) + len(output) (no ``num_tokens`` counter, no

@@ -6,7 +6,7 @@
      "acceptance_rate": 0.8}                          (this project's, for benchmarks and tests)
 
 ``disable_by_batch_size`` (vLLM's name): no guesses in a step with more decoding requests than
-this (the speculator's pay-off rule); default 8, from ``scripts/bench_spec.py``. Unknown keys and
+this (the speculator's pay-off rule); default 8, from ``benchmarks/bench_spec.py``. Unknown keys and
 methods this engine does not implement (eagle, medusa, mtp, suffix, ...) are refused.
 """
 from __future__ import annotations

@@ -227,4 +227,4 @@ if __name__ == "__main__":
         ok = torch.allclose(out.float(), ref.float(), atol=tol, rtol=tol)
         print(f"check {str(dtype):15s} max|kernel - ref| = {err:.2e}  (atol=rtol={tol:g})  "
               f"{'ok' if ok else 'FAIL'}")
-    print("timings: python scripts/bench_attention.py (GPU); interpreter timings are not performance")
+    print("timings: python -m benchmarks.bench_attention (GPU); interpreter timings are not performance")

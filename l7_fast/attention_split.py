@@ -169,9 +169,9 @@ def split_config(num_seqs: int, g_pad: int, d_pad: int, dtype: torch.dtype,
     where a split holds at most SHORT_SPLIT keys (``keys_per_split``: the host's bound on the
     context over the split count). H200 sweep, Qwen3-0.6B heads, CUDA-graph timing: best were 64
     splits x 64 keys at 1 x 32768 (66% of copy bandwidth; 128-key steps 66% at 32 splits) and 8
-    splits x 64 keys at 8 x 8192 (82%; 128 keys 73%) (docs/l7_kernels_h200.md). H100, Qwen3-8B
-    heads: 1 x 4,096 at 64 splits 13.3 us with 32-key steps, 14.4 with 64; 1 x 32,768 at 64
-    splits 59.5 and 60.8; 8 x 8,192 at 8 splits 104.3 and 104.0 (1,024 keys a split)."""
+    splits x 64 keys at 8 x 8192 (82%; 128 keys 73%) (benchmarks/results/bench_l7_kernels/h200.md).
+    H100, Qwen3-8B heads: 1 x 4,096 at 64 splits 13.3 us with 32-key steps, 14.4 with 64; 1 x
+    32,768 at 64 splits 59.5 and 60.8; 8 x 8,192 at 8 splits 104.3 and 104.0 (1,024 keys a split)."""
     cfg = pick_config(1, num_seqs, num_seqs, g_pad, d_pad, dtype)
     if INTERPRET or dtype == torch.float32 or d_pad > 128:
         return cfg

@@ -36,7 +36,7 @@ than each element, one program takes all heads of a kind for up to 64 tokens. By
 T(H_q + 2H_kv)D, write the same, plus the [T, D] tables.
 On the H200 that grid is the weak point: 26% of copy bandwidth at 4096 tokens (98k one-warp
 programs), though 6x faster than the torch path; one program per token over a [heads, D/2] tile
-is the next step (docs/l7_kernels_h200.md).
+is the next step (benchmarks/results/bench_l7_kernels/h200.md).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A decode step of one sequence multiplies a [1, K] row by every weight matrix of 
 weight streaming, 2 bytes read per 2 flops. cuBLAS picks tensor-core tiles of 64 x 8 for it and,
 where K is long, splits K over programs and launches a second kernel to add the parts. On the
 H100 the four matmuls of a Qwen3-0.6B layer ran at ~45% of copy bandwidth that way, and were
-half of the GPU time of a single-stream step (``bench_l7.py``'s profile, lesson 7.10).
+half of the GPU time of a single-stream step (``bench_l7.py``'s profile, lessons/l7_fast/6_gemv.md).
 
 This kernel is the textbook GEMV: no tensor cores, no split-K.
 
@@ -25,7 +25,7 @@ same up columns, rounds both to the model dtype as the matmul would, then applie
 fused_act.silu_mul's arithmetic: the activation kernel and its [M, 2I] round trip are gone.
 
 ``norm_weight`` (+ ``delta``): the input is rmsnorm(h + delta) * weight, the add + RMSNorm that
-fused_norm.py runs as its own kernel, computed in this kernel's prologue (lesson 7.10): every
+fused_norm.py runs as its own kernel, computed in this kernel's prologue (lessons/l7_fast/6_gemv.md): every
 program reads all of h and delta (a few KB, from L2), sums the squares, normalises its chunk
 and multiplies; program 0 writes h + delta for the rest of the layer. When a row of K is one
 chunk (ONE_CHUNK: K <= BLOCK_K, the usual case) the weights are loaded first, so their stream
@@ -51,7 +51,7 @@ from l3_paged.validate import FLOAT_DTYPES
 from .pdl import check_pdl, let_next_start, wait_for_previous
 
 #: The largest M FusedOps gives this kernel; more rows go to cuBLAS. Measured on the H100
-#: (``bench_l7_kernels.py --kernel gemv``, lesson 7.10), a Qwen3-0.6B layer's four matmuls: at
+#: (``bench_l7_kernels.py --kernel gemv``, lessons/l7_fast/6_gemv.md), a Qwen3-0.6B layer's four matmuls: at
 #: M = 1 the GEMV beats cuBLAS on all four (1.06-1.34x), at M = 2 on three, and the four together
 #: take 27 µs against 32; at M = 4 they tie (32 vs 31), and past that the products outgrow what a
 #: few warps do while the bytes stream.
@@ -195,7 +195,7 @@ def gemv(x, weight, bias=None, *, silu_mul: bool = False, out=None, config=None,
 
     ``pdl`` (Hopper on; pdl.py): launched with programmatic dependent launch, the kernel lets the
     next one start at once and waits for the one before only after issuing its weight loads, so
-    one GEMV's weights stream while the previous kernel finishes (lesson 7.12)."""
+    one GEMV's weights stream while the previous kernel finishes (lessons/l7_fast/9_pdl.md)."""
     if x.dim() != 2 or x.stride(1) != 1:
         raise UserError(f"x must be [M, K] with stride(1) == 1, got {tuple(x.shape)} strides {x.stride()}")
     if x.dtype not in FLOAT_DTYPES:

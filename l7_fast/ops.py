@@ -29,7 +29,7 @@ matrix per layer and re-points the original ``q_proj.weight`` etc. at row slices
 byte is duplicated and the torch path keeps working on the same model. One wider matmul reads
 the same weights as three narrow ones but launches once. In bfloat16 cuBLAS may pick another
 algorithm for the wider matmul, so its output can differ from the three narrow ones in the last
-bit: that is the one source of bf16 difference that is not a kernel's (lessons/l7_fast.md).
+bit: that is the one source of bf16 difference that is not a kernel's (lessons/l7_fast/2_fused_ops.md).
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class FusedOps:
     def __init__(self, model, gemv_max_m: int = GEMV_MAX_M, norm_prologue: bool = True, pdl: bool = True):
         merge_projections(model)
         # the GEMVs, the rope write and (runner.py) the split attention with programmatic dependent
-        # launch where the GPU has it (pdl.py, lesson 7.12)
+        # launch where the GPU has it (pdl.py; lessons/l7_fast/9_pdl.md)
         self.pdl = pdl and pdl_supported(next(model.parameters()).device)
         self.gemv_max_m = gemv_max_m                 # 0: cuBLAS for every step (bench_l7's earlier rows)
         self.norm_prologue = norm_prologue           # False: the norm as its own kernel (bench_l7's row)

@@ -1,5 +1,5 @@
 """The options stage 7 adds (declared once, here; plumbing/options.py). Each turns one of its
-parts on or off, so a learner can measure what each is worth (scripts/bench_l7.py)."""
+parts on or off, so a learner can measure what each is worth (benchmarks/bench_l7.py)."""
 from plumbing.options import Option
 from l6_prefix_cache.options import ENGINE_OPTIONS as BEFORE
 

@@ -1,5 +1,5 @@
 """Programmatic dependent launch (PDL, Hopper and later): a kernel may start before the one
-before it in the stream has finished, and waits for it only where it must (lesson 7.12).
+before it in the stream has finished, and waits for it only where it must (lessons/l7_fast/9_pdl.md).
 
 Two instructions (Triton: ``tl.extra.cuda``), and one launch option (``launch_pdl=True``):
 

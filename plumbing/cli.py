@@ -75,7 +75,7 @@ def base_parser(stage: str, doc: str, engine=None, defaults: dict | None = None,
     """The smoke-script flags. ``engine``: the engine options of a scheduler stage
     (``lN_*.options.ENGINE_OPTIONS``), each a flag (plumbing/options.py; ``--model``, ``--device``
     and ``--dtype`` among them), with ``defaults`` for the script's run and ``skip`` left out."""
-    p = Parser(prog=f"{stage}_smoke", description=doc)
+    p = Parser(prog=f"{stage}_smoke", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if engine is None:
         p.add_argument("--model", default=None, help="checkpoint directory, hub id, or a built-in tiny model: "
                        "tiny-qwen3 (default), tiny-llama, tiny-qwen2, tiny-mistral and tiny-qwen2-hybrid")
@@ -172,9 +172,15 @@ class Watch:
 
 
 def run_main(main) -> None:
-    """Run a script's main(); a UserError becomes one line on stderr and exit status 2."""
+    """Run a script's main(): a UserError becomes one line on stderr and exit status 2; Ctrl-C
+    (KeyboardInterrupt) one line and status 130, the shell's for a process stopped by SIGINT,
+    instead of a traceback through whatever the script was doing."""
     try:
         main()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+        sys.exit(130)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 import time
 
-import _path  # noqa: F401
 from plumbing.cli import base_parser, note, run_main
 from harness.smoke import load
 

@@ -1,10 +1,10 @@
 """Nothing compiles after start-up: stage 7 served from a Triton cache that start-up alone filled.
 
-    PYTHONPATH=. python scripts/check_no_compile.py                      # GPU: tiny Qwen3, bf16, a fresh cache
-    PYTHONPATH=. python scripts/check_no_compile.py --model qwen3-0.6b   # the real shape, random weights
-    PYTHONPATH=. python scripts/check_no_compile.py --plant              # a variant start-up cannot see: exits 1
-    PYTHONPATH=. python scripts/check_no_compile.py --stage l8_sliding_window --model tiny-qwen2-hybrid
-    PYTHONPATH=. python scripts/check_no_compile.py --stage l9_fp8_kv --kv-cache-dtype fp8 --model tiny-qwen2-hybrid
+    python scripts/check_no_compile.py                      # GPU: tiny Qwen3, bf16, a fresh cache
+    python scripts/check_no_compile.py --model qwen3-0.6b   # the real shape, random weights
+    python scripts/check_no_compile.py --plant              # a variant start-up cannot see: exits 1
+    python scripts/check_no_compile.py --stage l8_sliding_window --model tiny-qwen2-hybrid
+    python scripts/check_no_compile.py --stage l9_fp8_kv --kv-cache-dtype fp8 --model tiny-qwen2-hybrid
 
 The script points TRITON_CACHE_DIR at an empty directory (a new temporary one, or --cache-dir)
 before Triton loads, builds l7_fast's ``LLM`` (whose start-up compiles every kernel variant the
@@ -22,8 +22,10 @@ tests/test_l7_warmup.py checks the same property by recording each launch's vari
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -54,12 +56,12 @@ def parse(argv):
     return a
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
 def use_empty_cache(path: str | None) -> str:
-    """Point Triton at an empty cache; before triton is imported (main imports it after this)."""
-    path = path or tempfile.mkdtemp(prefix="triton-cache-")
+    """Point Triton at an empty cache; before triton is imported (main imports it after this). A
+    temporary one (no --cache-dir) is removed when the process exits, however it exits."""
+    if path is None:
+        path = tempfile.mkdtemp(prefix="triton-cache-")
+        atexit.register(shutil.rmtree, path, True)
     if os.path.isdir(path) and os.listdir(path):
         sys.exit(f"--cache-dir {path} is not empty: give an empty or new directory (the check starts cold)")
     os.environ["TRITON_CACHE_DIR"] = path
@@ -115,7 +117,6 @@ def new_kernels(cache: str, before: set) -> list[str]:
 def main(argv=None) -> int:
     a = parse(argv)                                       # a bad flag stops here, before torch loads
     wanted = use_empty_cache(a.cache_dir)
-    sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
     import torch
     import plumbing.runtime  # noqa: F401  (before triton: picks GPU or interpreter; stage packages import lazily)
     from l7_fast.warmup import cache_entries, triton_cache_dir
@@ -132,7 +133,7 @@ def main(argv=None) -> int:
         from plumbing.tiny import tiny_checkpoint
         path = str(tiny_checkpoint(a.model[len("tiny-"):]))
     else:
-        from bench_common import build_checkpoint
+        from harness.random_checkpoint import build_checkpoint
         path = build_checkpoint(os.path.join(a.out, "qwen3-0.6b-random"))
     cache = triton_cache_dir()
     if os.path.abspath(cache) != os.path.abspath(wanted):
@@ -161,4 +162,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from plumbing.cli import run_main
+    run_main(lambda: sys.exit(main(sys.argv[1:])))

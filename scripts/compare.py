@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 
-import _path  # noqa: F401
 from plumbing.cli import base_parser, note, run_main
 from harness.smoke import load
 from plumbing.errors import UserError

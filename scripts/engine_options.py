@@ -10,7 +10,6 @@ docstring, or the stage module's table). Nothing is run: this reads the declarat
 import argparse
 import json
 
-import _path  # noqa: F401
 from plumbing.cli import run_main
 
 

@@ -17,8 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-import _path  # noqa: F401
-
+from plumbing.cli import run_main
 from plumbing.exercise import ENV, exercises_dir   # reading the variable happens later, at each hook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,4 +99,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(lambda: sys.exit(main()))

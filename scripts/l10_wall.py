@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-import _path  # noqa: F401
+from plumbing.cli import run_main
 
 A_N, A_TOKENS, B_TOKENS, B_DELAY = 16, 200, 8, 0.2
 
@@ -92,4 +92,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(lambda: sys.exit(main()))

@@ -16,7 +16,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-import _path  # noqa: F401
+from plumbing.cli import run_main
 
 V = 1000
 
@@ -85,4 +85,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_main(lambda: sys.exit(main(sys.argv[1:])))

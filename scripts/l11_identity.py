@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-import _path  # noqa: F401
+from plumbing.cli import run_main
 
 FAMILIES = ("qwen3", "llama", "qwen2")
 P = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
@@ -89,4 +89,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_main(lambda: sys.exit(main(sys.argv[1:])))

@@ -10,7 +10,6 @@ emits, never which. Adds a ``speculation`` line: guesses verified and kept (the 
 tokens per verify step, steps that guessed and steps where the pay-off rule switched it off.
 Every l9_smoke flag works here.
 """
-import _path  # noqa: F401
 from l6_smoke import DEMO6
 from l7_smoke import parser, run
 from l9_smoke import observer as kv_observer

@@ -3,7 +3,6 @@
     python scripts/l1_smoke.py                      # built-in tiny Qwen3 on CPU
     python scripts/l1_smoke.py --model Qwen/Qwen3-0.6B --device cuda
 """
-import _path  # noqa: F401  (repo root on sys.path when run as a file)
 
 from plumbing.cli import Watch, base_parser, positive_or_none, report, run_main
 from harness.smoke import load

@@ -3,7 +3,6 @@
     python scripts/l2_smoke.py                          # built-in tiny Qwen3 on CPU
     python scripts/l2_smoke.py --block-size 12 --num-blocks 8
 """
-import _path  # noqa: F401
 
 from plumbing.cli import base_parser, report, run_main
 from harness.smoke import load

@@ -4,7 +4,6 @@
     python scripts/l3_smoke.py --impl torch         # the PyTorch reference (Path A)
     python scripts/l3_smoke.py --check              # validate the metadata before every launch
 """
-import _path  # noqa: F401
 
 from plumbing.cli import base_parser, report, run_main
 from harness.smoke import load

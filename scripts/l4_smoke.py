@@ -7,7 +7,6 @@
 Unlike vLLM (temperature 1.0), this script defaults to temperature 0 so that its tokens can be
 checked against stages 1-3 and the oracle. --max-new-tokens is SamplingParams.max_tokens.
 """
-import _path  # noqa: F401
 
 from plumbing.cli import base_parser, note, report, run_main
 from harness.smoke import load

@@ -15,7 +15,6 @@ every request (the others keep their own max_tokens). The engine's flags are its
 import sys
 import time
 
-import _path  # noqa: F401
 from harness.l5_demo import BLOCK_SIZE, BUDGET, EXTRAS, NUM_BLOCKS, add_demo_requests, extra_prompts
 from l4_smoke import add_sampling_args, note_ignored, sampling_params
 from plumbing.cli import base_parser, report, run_main

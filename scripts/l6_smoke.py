@@ -10,7 +10,6 @@ first, so the usual prompt finds its blocks cached and computes only its last bl
 must still equal stage 5's. The run ends with the hit rate and the prefill tokens the cache
 saved. Every l5_smoke flag works here.
 """
-import _path  # noqa: F401
 from harness import l6_demo as demo
 from harness.smoke import load
 from l4_smoke import note_ignored, sampling_params

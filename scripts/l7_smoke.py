@@ -12,7 +12,6 @@ reports host time only: kernel counts need the CUDA profiler. Every l6_smoke fla
 """
 import sys
 
-import _path  # noqa: F401
 from harness import l6_demo as demo
 from harness.smoke import load
 from l4_smoke import note_ignored, sampling_params

@@ -7,17 +7,20 @@ One request decodes on each checkpoint; after every step the script reads, per K
 how many blocks the request holds and the KV bytes they are, and compares with what the same
 request would hold if no block were ever freed (every group keeps its history: what stage 7's
 design holds; stage 7 itself refuses windowed checkpoints, so this peer is counted from the same
-run's block tables, not measured by another engine). Prints a table, saves JSON and a PNG.
-Runs on the CPU (the Triton interpreter) or a GPU; the counts do not depend on the device.
+run's block tables, not measured by another engine). Prints a table, saves JSON and a PNG
+(out/l8_blocks_held.{json,png} unless --out says where; lesson 8's figure, docs/l8_blocks_held.png,
+is this default run's). Runs on the CPU (the Triton interpreter) or a GPU; the counts do not depend
+on the device.
 """
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
-import _path  # noqa: F401
 from plumbing.cli import run_main
+from plumbing.plot import pyplot, wrote
 
 PROMPT = [84, 104, 101, 32, 99, 97, 112, 105, 116, 97, 108, 32, 111, 102, 32, 70, 114, 97, 110, 99, 101, 32, 105, 115]
 
@@ -55,7 +58,6 @@ def check(run: dict) -> list[str]:
 
 
 def plot(runs: list[dict], path: str) -> None:
-    from bench_common import pyplot
     plt = pyplot()
     if plt is None:
         return
@@ -76,7 +78,7 @@ def main(argv=None):
     p.add_argument("--model", action="append", help="checkpoint (repeatable); default tiny-mistral and tiny-qwen2-hybrid")
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--out", default="docs/l8_blocks_held", help="path prefix for .json and .png")
+    p.add_argument("--out", default="out/l8_blocks_held", help="path prefix for .json and .png (default: %(default)s)")
     args = p.parse_args(argv)
     if args.max_tokens < 1 or args.block_size < 1:
         p.error("--max-tokens and --block-size must be >= 1")
@@ -90,14 +92,16 @@ def main(argv=None):
             print(f"{run['model']:<20} {r['seq_len']:>8}  {str(r['held']):<24} {r['bytes'] / 1024:>9.1f} "
                   f"{r['no_freeing_bytes'] / 1024:>16.1f}")
     bad = [b for run in runs for b in check(run)]
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(dict(block_size=args.block_size, dtype="float32", runs=runs, violations=bad), f, indent=1)
     plot(runs, args.out + ".png")
     print(f"bounds     : {'OK' if not bad else 'VIOLATED: ' + '; '.join(bad[:3])} "
           f"(windowed group <= ceil(W / block_size) + 1 blocks after every step; full group = the history)")
-    print(f"saved      : {args.out}.json, {args.out}.png ({time.perf_counter() - t0:.0f} s)")
+    print(f"saved      : {wrote(args.out + '.json', args.out + '.png').removeprefix('wrote ')} "
+          f"({time.perf_counter() - t0:.0f} s)")
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_main(lambda: sys.exit(main()))

@@ -12,7 +12,6 @@ windowed group. Every l7_smoke flag works here.
 """
 import math
 
-import _path  # noqa: F401
 from l7_smoke import parser, run
 from plumbing.cli import run_main
 

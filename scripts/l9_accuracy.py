@@ -21,7 +21,6 @@ import random
 import sys
 import time
 
-import _path  # noqa: F401
 from plumbing.cli import DTYPE_NAMES, note, run_main
 
 KV_DTYPES = ("auto", "fp8", "fp8_per_token_head")
@@ -104,7 +103,7 @@ def run(args) -> int:
     dtype = args.dtype or dtype_name_of(default_dtype(device))
     models = [m for m in args.models.split(",") if m]
     if args.random_qwen:
-        from bench_common import build_checkpoint
+        from harness.random_checkpoint import build_checkpoint
         models.append(build_checkpoint(args.random_qwen))
     rows, t_all = [], time.perf_counter()
     for model in models:

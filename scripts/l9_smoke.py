@@ -10,7 +10,6 @@ agreement with the oracle is measured by ``scripts/l9_accuracy.py`` and reported
 fp8 line. Adds a ``kv cache`` line (storage dtype, scales, pool blocks, bytes) to stage 8's
 ``window`` line. Every l8_smoke flag works here.
 """
-import _path  # noqa: F401
 from l7_smoke import parser, run
 from l8_smoke import observer as window_observer
 from plumbing.cli import run_main
@@ -29,7 +28,7 @@ def observer(engine):
 
     def lines():
         return window_lines() + [f"kv cache   : {dtype}, scales {kind}; pool {kv.num_blocks} blocks of "
-                                 f"{cache.bytes_per_block} bytes, {cache.nbytes / 2**20:.2f} MiB in all"]
+                                 f"{cache.bytes_per_block} bytes = {kv.num_blocks * cache.bytes_per_block / 2**20:.3f} MiB"]
     return after, lines, extra
 
 

@@ -19,7 +19,6 @@ import sys
 import time
 from types import SimpleNamespace
 
-import _path  # noqa: F401
 from wall_engine import lesson6, lesson7
 
 from plumbing.cli import run_main
@@ -126,11 +125,6 @@ def lesson4(batches: list[int], reps: int) -> None:
                 for _ in range(B)]
         print(f"B = {B:>3}: {_ms(lambda: sampler(logits, rows), reps):.1f} ms per step on this machine "
               f"(median of {reps})")
-
-
-def platform_name() -> str:
-    import platform
-    return f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
 
 
 def main(argv=None) -> int:

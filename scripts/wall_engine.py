@@ -1,6 +1,6 @@
 """measure_wall.py's engine lessons: 6 (the work a prefix cache saves) and 7 (the host's share of a
 decode step at 256 running requests). Both run the engine's own code on host ints; nothing here
-needs a GPU."""
+needs a GPU. measure_wall.py imports this module; this module imports nothing from it."""
 from __future__ import annotations
 
 import statistics
@@ -119,7 +119,6 @@ def lesson7(n: int, reps: int) -> None:
 
     from l4_sampler.stops import StopChecker
     from l7_fast.step_inputs import StepInputs
-    from measure_wall import platform_name
     block = 16
     engines, V = _decoding_engines(n, block * (reps + 2) + 16)   # decoding through every timed and counted step
     print(f"{n} running requests decoding (tiny Qwen3, vocabulary {V}, forward stubbed), {block}-token blocks, "
@@ -142,6 +141,11 @@ def lesson7(n: int, reps: int) -> None:
         print(f"| {label} | " + " | ".join(f"{counts[k][key]:,.1f}" for k in engines) + " |")
     a, b = statistics.median(ms["plain parts, stage 7's runner"]), statistics.median(ms["stage 7"])
     print(f"cheap branches: {a / b:.1f}x less host time per step on this machine ({a:.2f} -> {b:.2f} ms)")
+
+
+def platform_name() -> str:
+    import platform
+    return f"{platform.processor() or platform.machine()}, Python {platform.python_version()}"
 
 
 def _count(e, block: int, StopChecker, StepInputs, cProfile, pstats) -> dict:

@@ -37,10 +37,13 @@ sys.path.insert(0, str(ROOT))
 
 
 def pytest_configure(config):
-    # Keep the user's cache untouched; every run regenerates the tiny checkpoints (milliseconds).
+    # Keep the user's cache untouched; every run regenerates the tiny checkpoints (milliseconds) in a
+    # folder of its own, made by the process pytest was started as (xdist's workers inherit the
+    # variable, so they never make one) and removed by that process when the session ends: finished,
+    # failed or interrupted (pytest_unconfigure).
     if "TRITON_LLM_LESSONS_CACHE" not in os.environ:
         import tempfile
-        os.environ["TRITON_LLM_LESSONS_CACHE"] = tempfile.mkdtemp(prefix="tll-cache-")
+        config._tll_cache = os.environ["TRITON_LLM_LESSONS_CACHE"] = tempfile.mkdtemp(prefix="tll-cache-")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no test may reach the network
     import plumbing.runtime  # noqa: F401  (sets TRITON_INTERPRET before any kernel module is imported)
     if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
@@ -48,6 +51,15 @@ def pytest_configure(config):
         os.environ["OMP_NUM_THREADS"] = "1"
         import torch
         torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config):
+    made = getattr(config, "_tll_cache", None)
+    if made and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import shutil
+        shutil.rmtree(made, ignore_errors=True)
+        if os.environ.get("TRITON_LLM_LESSONS_CACHE") == made:
+            del os.environ["TRITON_LLM_LESSONS_CACHE"]
 
 
 #: files whose tests xdist's loadfile shares out one by one (test_chain.py: a stage's chain per

@@ -22,7 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = sorted((p.name for p in ROOT.glob("l[0-9]*_*") if p.is_dir()), key=lambda n: int(n[1:].split("_")[0]))
-CODE = [p for d in [*STAGES, "plumbing", "harness", "scripts"] for p in sorted((ROOT / d).glob("*.py"))]
+CODE = [p for d in [*STAGES, "plumbing", "harness", "scripts", "benchmarks", "benchmarks/studies"]
+        for p in sorted((ROOT / d).glob("*.py"))]
 MAX_FILE, MAX_FUNCTION = 300, 60
 
 #: a later stage's feature, by the stage that introduces it: the words no earlier stage may use

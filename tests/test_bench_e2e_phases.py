@@ -1,16 +1,11 @@
 """bench_e2e's "where the time went": each interval of the host's clock between step records goes
 to the step it timed (in the async order, the record before it) and that step's kind. Synthetic
 records with known times; the floor is the per-step roofline, summed the same way."""
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_e2e_report import phases, roofline, step_floor  # noqa: E402
-
-from l1_dense.config import PRESETS  # noqa: E402
-from l5_scheduler.outputs import StepStats  # noqa: E402
+from benchmarks.bench_e2e_report import phases, roofline, step_floor
+from l1_dense.config import PRESETS
+from l5_scheduler.outputs import StepStats
 
 CFG = PRESETS["Qwen/Qwen3-0.6B"]
 

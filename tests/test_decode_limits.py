@@ -1,6 +1,6 @@
-"""scripts/decode_limits.py: its read kernel (the bytes a decode kernel streams, through the same
+"""benchmarks/decode_limits.py: its read kernel (the bytes a decode kernel streams, through the same
 tensor-core path, without the attention math) is checked against torch before anything is timed."""
-import scripts.decode_limits as dl
+import benchmarks.decode_limits as dl
 from plumbing.runtime import INTERPRET
 
 DEVICE = "cpu" if INTERPRET else "cuda"

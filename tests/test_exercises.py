@@ -29,13 +29,26 @@ FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")
 
 
+def _lesson_files(lesson):
+    """The lesson's text: lessons/<lesson>.md, then its chapters lessons/<lesson>/<N>_*.md in order
+    (lesson 7 is an index and chapters, each exercise in the chapter that teaches it)."""
+    chapters = sorted((ROOT / "lessons" / lesson).glob("*.md"), key=lambda p: int(p.name.split("_")[0]))
+    return [ROOT / "lessons" / f"{lesson}.md"] + chapters
+
+
 def _sections(lesson, title):
-    """The texts of the lesson's '### <title>...' subsections inside '## Exercises' (at least one)."""
-    text = (ROOT / "lessons" / f"{lesson}.md").read_text()
-    assert "\n## Exercises\n" in text, f"lessons/{lesson}.md has no '## Exercises' section"
-    ex = text.split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
-    subs = [m.group(1) for m in re.finditer(rf"\n### {title}[^\n]*\n(.*?)(?=\n### |\Z)", ex, re.S)]
-    assert subs, f"lessons/{lesson}.md's Exercises section has no '### {title}' subsection"
+    """The texts of the lesson's '### <title>...' subsections inside its '## Exercises' sections
+    (the lesson's own, or its chapters'), in order: at least one."""
+    subs, found = [], False
+    for path in _lesson_files(lesson):
+        text = path.read_text()
+        if "\n## Exercises\n" not in text:
+            continue
+        found = True
+        ex = text.split("\n## Exercises\n", 1)[1].split("\n## ", 1)[0]
+        subs += [m.group(1) for m in re.finditer(rf"\n### {title}[^\n]*\n(.*?)(?=\n### |\Z)", ex, re.S)]
+    assert found, f"lessons/{lesson}.md (and its chapters, if any) has no '## Exercises' section"
+    assert subs, f"lessons/{lesson}.md's Exercises sections have no '### {title}' subsection"
     return subs
 
 
@@ -61,6 +74,9 @@ def _run(command, cwd, env_extra=None, timeout=300):
     env = {k: v for k, v in os.environ.items()
            if k not in (exercise.ENV, exercise.DIR_ENV) and not k.startswith("PYTEST_")}
     env.update(env_extra or {})
+    # The packages of `cwd` (a break-it's edited copy), not those of the editable install, which
+    # points at the checkout: a script's own folder is on its sys.path, the repository root is not.
+    env["PYTHONPATH"] = os.pathsep.join([str(cwd)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     argv = [sys.executable if a == "python" else a for a in shlex.split(command)]
     r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     return r.returncode, r.stdout + r.stderr

@@ -1,19 +1,16 @@
-"""bench_serve's load generator reads HTTP off the socket itself (scripts/bench_serve_client.py,
+"""bench_serve's load generator reads HTTP off the socket itself (benchmarks/bench_serve_client.py,
 ``raw_stream``). Here it reads what httpx reads, from a real uvicorn server whose streamed chunks
 cut lines, and a UTF-8 character, in the middle; and a whole (Content-Length) error body."""
 import asyncio
 import contextlib
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from bench_serve_client import raw_stream  # noqa: E402
+from benchmarks.bench_serve_client import raw_stream
 
 EVENTS = ['data: {"choices": [{"text": "caf\u00e9 \u65e5\u672c", "token_ids": [1, 2]}]}', "",
           'data: {"choices": []}', "", "data: [DONE]", ""]

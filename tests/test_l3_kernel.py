@@ -244,8 +244,8 @@ def test_l3_kernel_rejects_int64_block_table_without_sync():
 
 @pytest.mark.parametrize("block_size", [16, 64])
 def test_prefill_tma_peer_matches_reference(block_size):
-    """scripts/prefill_tma.py (bench_prefill.py's TMA peer) computes stage 3's attention."""
-    from scripts.prefill_tma import prefill_tma
+    """benchmarks/studies/prefill_tma.py (bench_prefill.py's TMA peer) computes stage 3's attention."""
+    from benchmarks.studies.prefill_tma import prefill_tma
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if dev == "cuda" else torch.float16
     args = make_paged_batch([64], [64], 4, 2, 16, block_size, dtype, dev, spare_blocks=2)

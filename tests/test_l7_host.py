@@ -1,5 +1,6 @@
 """The scheduler's and KV manager's cheap branches decide exactly what the plain code decides
-(lesson 7.6; the sampler's, the stop check's and the engine's: tests/test_l7_host_engine.py).
+(lessons/l7_fast/5_host_branches.md; the sampler's, the stop check's and the engine's:
+tests/test_l7_host_engine.py).
 
 Each owner of a decision has a cheap branch for the common step: the scheduler asks the KV manager
 only when a request's blocks cannot hold its next tokens; the allocator returns at once while the

@@ -1,5 +1,6 @@
 """The sampler's and the stop check's cheap branches decide exactly what the plain code decides,
-alone and inside the engine (lesson 7.6; the scheduler's and KV manager's: tests/test_l7_host.py).
+alone and inside the engine (lessons/l7_fast/5_host_branches.md; the scheduler's and KV manager's:
+tests/test_l7_host.py).
 
 The sampler takes one argmax when every row is plain greedy; a StopChecker is asked only about a
 token that could end its request. harness/plain_parts.py has the same parts without the branches.

@@ -17,7 +17,7 @@ import l7_fast  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imp
 from l1_dense.config import PRESETS, ModelConfig
 from plumbing.errors import UserError
 from l1_dense.model import RMSNorm
-from kernel_bench import fraction_equal
+from benchmarks.kernel_bench import fraction_equal
 from l7_fast.fused_act import silu_mul, silu_mul_ref
 from l7_fast.fused_norm import add_rms_norm, add_rms_norm_ref, rms_norm
 from l7_fast.fused_rope import qk_norm_rope_write, qk_norm_rope_write_ref, rope_case
@@ -204,8 +204,8 @@ def test_l7_qk_norm_rope_write_blocks_of_tokens_with_padding_rows(tokens):
 
 
 def test_the_kernel_script_checks_each_kernel_and_fails_on_a_planted_bug(monkeypatch, capsys):
-    """scripts/bench_l7_kernels.py (the kernels' check-then-time script): its check is real."""
-    import bench_l7_kernels as script
+    """benchmarks/bench_l7_kernels.py (the kernels' check-then-time script): its check is real."""
+    import benchmarks.bench_l7_kernels as script
     assert script.main(["--kernel", "act"]) == 0
     monkeypatch.setattr(script, "silu_mul", lambda x, out=None: silu_mul_ref(x) * 1.01)   # (the GPU timing passes out=)
     assert script.main(["--kernel", "act"]) == 1

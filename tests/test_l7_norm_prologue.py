@@ -1,4 +1,5 @@
-"""Lesson 7.10: the add + RMSNorm computed in the prologue of the GEMV that reads it.
+"""Lesson 7, chapter 6 (lessons/l7_fast/6_gemv.md): the add + RMSNorm computed in the prologue of the GEMV
+that reads it.
 
 The expected values come from the two kernels the prologue replaces (fused_norm.add_rms_norm,
 then gemv on its output), which tests/test_l7_kernels.py checks against the torch path. CPU:

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (l7_fast/pdl.py, lesson 7.12). On a CPU: every launcher refuses
+"""Programmatic dependent launch (l7_fast/pdl.py, lessons/l7_fast/9_pdl.md). On a CPU: every launcher refuses
 pdl=True by name. On a Hopper GPU: one decode layer's chain (qkv GEMV -> rope + K/V write ->
 split-KV -> merge -> o_proj GEMV), captured in a CUDA graph with every kernel launched with PDL,
 gives bit-for-bit what the same chain gives without PDL, input after input; and so does the

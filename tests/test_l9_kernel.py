@@ -192,13 +192,13 @@ def test_l9_cache_splits_decode_keys_into_at_most_waves_programs_per_sm():
 
 
 def test_fp8_decode_study_variants_compute_the_same_decode(tmp_path):
-    """scripts/fp8_decode_study.py's kernel variants (lesson 9's "why not 2x") are each checked
+    """benchmarks/studies/fp8_decode_study.py's kernel variants (lesson 9's "why not 2x") are each checked
     against stage 9's reference (all but "e4m3 dots" on a CPU: the interpreter's e4m3 casts are
     off); a variant that computes something else makes it exit 1. ``--quick`` is the CPU's check
     (float32, tiny); on a GPU the study is its full bf16 run (docs/benchmarks.md, stage 9)."""
     from plumbing.runtime import INTERPRET
     if not INTERPRET:
         pytest.skip("--quick is the interpreter's check (float32, its tolerances); on a GPU the study runs in full")
-    from scripts.fp8_decode_study import main
+    from benchmarks.studies.fp8_decode_study import main
     assert main(["--quick", "--out", str(tmp_path)]) == 0
     assert (tmp_path / "fp8_decode_study.json").exists()

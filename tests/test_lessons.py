@@ -19,8 +19,11 @@ import torch
 pytestmark = pytest.mark.lessons          # make test-lessons
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted((ROOT / "lessons").glob("*.md")) + [ROOT / "README.md"]
-COMMAND = re.compile(r"python scripts/(\w+)\.py([^\n`#|]*)")
+DOCS = sorted((ROOT / "lessons").rglob("*.md")) + [ROOT / "README.md"]   # lesson 7: an index and chapters
+#: `python scripts/x.py ARGS` (module x: scripts/ is on sys.path), `python -m benchmarks.x ARGS` and
+#: `python benchmarks/x.py ARGS` (module benchmarks.x), studies included
+COMMAND = re.compile(r"python (?:scripts/(\w+)\.py|-m (benchmarks(?:\.studies)?\.\w+)|(benchmarks/(?:studies/)?\w+)\.py)"
+                     r"([^\n`#|]*)")
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="the quoted outputs are the CPU float32 ones")
 
 
@@ -31,12 +34,13 @@ class Parsed(Exception):
 def _commands():
     for doc in DOCS:
         for m in COMMAND.finditer(doc.read_text()):
-            yield pytest.param(m.group(1), m.group(2).strip(), id=f"{doc.name}:{m.group(1)} {m.group(2).strip()}")
+            module = m.group(1) or m.group(2) or m.group(3).replace("/", ".")
+            yield pytest.param(module, m.group(4).strip(), id=f"{doc.name}:{module} {m.group(4).strip()}")
 
 
 @pytest.mark.parametrize("script,args", list(_commands()))
 def test_every_command_in_the_lessons_and_readme_parses(script, args, monkeypatch):
-    """Each quoted `python scripts/x.py FLAGS` is accepted by x.py's own argument parser."""
+    """Each quoted `python scripts/x.py FLAGS` (or benchmark command) is accepted by its own argument parser."""
     real = argparse.ArgumentParser.parse_args
 
     def parse_then_stop(self, argv=None, namespace=None):
