@@ -178,6 +178,20 @@ def test_every_relative_link_in_the_readme_and_lessons_resolves():
     assert not bad, "links to nothing:\n" + "\n".join(bad)
 
 
+README_MAX_LINES = 200        # a user guide, not a log: measurements live in benchmarks/results and git
+
+
+def long_readme(text: str) -> str | None:
+    n = len(text.splitlines())
+    return f"README.md has {n} lines (at most {README_MAX_LINES}): move detail to docs/ or a lesson" \
+        if n > README_MAX_LINES else None
+
+
+def test_the_readme_stays_a_guide():
+    problem = long_readme((ROOT / "README.md").read_text())
+    assert problem is None, problem
+
+
 # ---- each check fails on a planted violation ----------------------------------------------------
 
 def test_each_check_fails_on_a_planted_violation():
@@ -196,6 +210,7 @@ def test_each_check_fails_on_a_planted_violation():
     assert path_patches("import _path  # noqa: F401\n") == [1]
     planted = "[the results](../docs/bench_gone_h100.json) and [ok](l1_dense.md#the-skeleton) `[x](nowhere)`"
     assert broken_links(ROOT / "lessons" / "l1_dense.md", planted) == ["lessons/l1_dense.md -> ../docs/bench_gone_h100.json"]
+    assert long_readme("line\n" * (README_MAX_LINES + 1)) and not long_readme("line\n" * README_MAX_LINES)
 
 
 # ---- Ctrl-C: one line, exit 130 ---------------------------------------------------------------
