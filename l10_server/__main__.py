@@ -42,7 +42,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=8000, help="0: any free port (the start line says which)")
     g.add_argument("--max-pending", type=int, default=1024,
-                   help="prompts in flight (running + waiting) before new requests get 429")
+                   help="sequences (prompts x n) in flight, running + waiting, before new requests get 429")
     g.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"))
     add_flags(p, engine_options(), SERVER_DEFAULTS)
     return p

@@ -7,8 +7,11 @@
     GET  /metrics               Prometheus text: running, waiting, KV blocks, prefix-cache hits, tokens
 
 Errors are OpenAI's JSON (protocol.ApiError): 400 for a bad field (named in ``param``), 404 for
-an unknown model, 429 when more than ``--max-pending`` prompts are in flight (the server refuses
-rather than queueing without bound; the client retries), 503 after an engine error.
+an unknown model, 429 when more than ``--max-pending`` sequences are in flight (the server refuses
+rather than queueing without bound; the client retries), 500 for a request that met a bug (that
+request alone: the others go on), 503 once the engine core has died (every client in flight is
+answered at once, and the server exits: serve.py). A stream that fails after its headers went out
+gets the error as its last event, then ``[DONE]``.
 
 A client that goes away is aborted: a stream's generator is cancelled by the server, and a whole
 (non-streamed) request races its work against the connection's ``http.disconnect``.
@@ -17,17 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from l5_scheduler.llm import render_chat
 from plumbing.errors import UserError
 
 from .async_llm import AsyncLLM, EngineDead, QueueFull
+from .engine_core import RequestFailed
 from .protocol import ApiError, from_user_error, parse_chat, parse_completion
-from .responses import DONE, Formatter, merge, sse
+from .responses import DONE, Formatter, merge
 
 
 def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start=None) -> FastAPI:
@@ -43,12 +48,16 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
 
     @app.exception_handler(ApiError)
     async def api_error(request, e: ApiError):
-        return JSONResponse(e.body(), status_code=e.status)
+        return error_response(e)
+
+    @app.exception_handler(Exception)
+    async def bug(request, e: Exception):             # a bug a request met: that request's 500, as OpenAI's JSON
+        return error_response(failed(e))
 
     @app.get("/health")
     async def health():
         if async_llm.dead is not None:
-            return JSONResponse(ApiError(503, f"engine dead: {async_llm.dead}", type="server_error").body(), 503)
+            return error_response(ApiError(503, f"engine dead: {async_llm.dead}", type="server_error"))
         return {}
 
     @app.get("/v1/models")
@@ -77,9 +86,25 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
     return app
 
 
+def error_response(e: ApiError) -> Response:
+    """OpenAI's error JSON, ASCII-escaped: a message may quote the request, lone surrogates and all."""
+    return Response(json.dumps(e.body()), status_code=e.status, media_type="application/json")
+
+
+def failed(e: BaseException) -> ApiError:
+    """Whatever one request raised, as its answer: 503 if the engine core died, 500 otherwise (logged)."""
+    if isinstance(e, (EngineDead, RequestFailed)):   # (the engine core logged its own traceback)
+        return ApiError(503 if isinstance(e, EngineDead) else 500, str(e), type="server_error")
+    logging.getLogger("uvicorn.error").error("a request failed", exc_info=e)
+    return ApiError(500, f"the server could not finish this request: {type(e).__name__}: {str(e)[:200]}",
+                    type="server_error")
+
+
 async def _json(request: Request):
     try:
         return json.loads(await request.body())
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
     except ValueError as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}") from None
 
@@ -93,14 +118,16 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
         sub = llm.submit(parsed.prompts, parsed.params, fmt.id, parsed.fill_max_tokens)
     except QueueFull as e:
         raise ApiError(429, str(e), type="rate_limit_exceeded", code="rate_limit_exceeded") from None
+    except UserError as e:                              # more sequences than the server ever holds
+        raise ApiError(400, str(e), "n" if parsed.params.n > 1 else "prompt") from None
     except EngineDead as e:
-        raise ApiError(503, str(e), type="server_error") from None
+        raise failed(e) from None
     try:
         await sub.accepted()
     except UserError as e:
         raise from_user_error(e, "messages" if chat else "prompt") from None
-    except EngineDead as e:
-        raise ApiError(503, str(e), type="server_error") from None
+    except (RequestFailed, EngineDead) as e:            # 500: a bug this request met; 503: the core died
+        raise failed(e) from None
     prompt_tokens = sum(len(p) for p in sub.prompt_token_ids)
     if parsed.stream:
         return StreamingResponse(_stream(sub, fmt, prompt_tokens), media_type="text/event-stream")
@@ -110,7 +137,7 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
     if not work.done():                                 # the client went away: abort (in the generator's finally)
         work.cancel()
         await asyncio.gather(work, return_exceptions=True)
-        return JSONResponse(ApiError(499, "client closed the request").body(), status_code=499)
+        return error_response(ApiError(499, "client closed the request"))
     gone.cancel()
     return work.result()
 
@@ -122,8 +149,8 @@ async def _stream(sub, fmt: Formatter, prompt_tokens: int):
             completion_tokens += sum(len(ch.token_ids) for ch in update.choices)
             for event in fmt.stream_chunks(i, update):
                 yield event
-    except EngineDead as e:
-        yield sse(ApiError(503, str(e), type="server_error").body())
+    except Exception as e:                              # the engine died, or this request met a bug
+        yield f"data: {json.dumps(failed(e).body())}\n\n"
     else:
         if fmt.include_usage:
             yield fmt.usage_chunk(fmt.usage(prompt_tokens, completion_tokens))
@@ -135,9 +162,9 @@ async def _collect(sub, fmt: Formatter, prompt_tokens: int):
     try:
         async for i, update in sub.updates():
             completion_tokens += merge(acc, i, fmt.n, update)
-    except EngineDead as e:
-        return JSONResponse(ApiError(503, str(e), type="server_error").body(), status_code=503)
-    return fmt.whole(acc, fmt.usage(prompt_tokens, completion_tokens))
+        return fmt.whole(acc, fmt.usage(prompt_tokens, completion_tokens))
+    except Exception as e:                              # the engine died, or this request met a bug
+        return error_response(failed(e))
 
 
 async def _disconnected(request: Request) -> None:

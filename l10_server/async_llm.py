@@ -35,7 +35,8 @@ class QueueFull(Exception):
 
 
 class EngineDead(RuntimeError):
-    """The engine core raised or exited: every request in flight fails, /health says 503."""
+    """The engine core raised or exited: every request in flight fails (503), /health says 503, and the
+    server exits (serve.py) so that its supervisor starts a fresh one (vLLM's EngineDeadError)."""
 
 
 class AsyncLLM:
@@ -59,10 +60,11 @@ class AsyncLLM:
             raise UserError(info)
         self.info, self.snapshot, self.max_pending = info, info["snapshot"], max_pending
         self.front_tokenizer = load_tokenizer(Path(info["tokenizer_path"]))
-        self.pending = 0                                  # prompts submitted and not yet finished
+        self.pending = 0                                  # sequences (prompts x n) submitted, not yet finished
         self.subs: dict[int, Submission] = {}
         self._keys = itertools.count()
         self.dead: str | None = None
+        self.on_dead = None                               # called (on the event loop) once the core is gone
         self.stopping = False
 
     # ---- event loop side --------------------------------------------------------------------
@@ -81,12 +83,16 @@ class AsyncLLM:
         prompt leaves (the chat API's default)."""
         if self.dead is not None or self.stopping:
             raise EngineDead(self.dead or "the server is shutting down")
-        if self.pending + len(prompts) > self.max_pending:
-            raise QueueFull(f"{self.pending} prompts are in flight and the limit is {self.max_pending} "
+        seqs = len(prompts) * params.n
+        if seqs > self.max_pending:                       # could never be taken: a 400, not a 429
+            raise UserError(f"{len(prompts)} prompt(s) x n = {params.n} is {seqs} sequences, more than this server "
+                            f"holds in flight (--max-pending {self.max_pending}): lower n or send fewer prompts.")
+        if self.pending + seqs > self.max_pending:
+            raise QueueFull(f"{self.pending} sequences are in flight and the limit is {self.max_pending} "
                             "(--max-pending): retry later")
         key = next(self._keys)                            # an int: it crosses the pipe every step
         sub = self.subs[key] = Submission(self, key, request_id, len(prompts), params)
-        self.pending += len(prompts)
+        self.pending += seqs
         for i, prompt in enumerate(prompts):
             self.send(("add", key, i, sub.ids[i], prompt, params, fill_max_tokens))
         return sub
@@ -94,7 +100,7 @@ class AsyncLLM:
     def forget(self, sub: Submission) -> None:
         """A submission closed: count it out, abort what it left unfinished."""
         self.subs.pop(sub.key, None)
-        self.pending -= sub.n_prompts
+        self.pending -= sub.n_prompts * sub.params.n
         for i in sorted(sub.left):
             self.send(("abort", sub.ids[i]))
 
@@ -115,6 +121,7 @@ class AsyncLLM:
             try:
                 msg = self._from_core.recv()
             except (EOFError, OSError):
+                self.proc.join(timeout=1)                 # reaped: its exit code is known
                 msg = ("exited", f"the engine core exited (exit code {self.proc.exitcode})")
             try:
                 self._loop.call_soon_threadsafe(self._on_message, msg)
@@ -128,8 +135,10 @@ class AsyncLLM:
             if msg[0] == "exited" and self.stopping:      # a stop we asked for: nothing failed
                 return
             self.dead = msg[1]
-            for sub in list(self.subs.values()):
+            for sub in list(self.subs.values()):          # each waiting or streaming client, answered now
                 sub.put("dead", 0, EngineDead(msg[1]))
+            if self.on_dead is not None:
+                self.on_dead(msg[1])
             return
         (keys, idx, toks), batch, self.snapshot = msg
         subs = self.subs

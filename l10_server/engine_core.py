@@ -16,9 +16,15 @@ The child builds its own ``LLM``, the latest stage's (``l5_scheduler.stages.late
 step order, a step may give a request several tokens), from the flags (CUDA is initialized here,
 never in the server), ignores Ctrl-C (the terminal sends it to both processes; the server
 decides), and exits when told to stop or when the server's end of the pipe closes.
+
+Failures (lesson 10.7). A request that cannot be admitted, for any reason, is refused in its ack
+(``refusal``: a UserError is a 400, anything else a 500) and the core goes on. A step that raises
+cannot be pinned on one request (one forward pass and one sampler call serve the whole batch, and
+the engine's state is half-updated), so the core reports "dead" and stops: vLLM's EngineDeadError.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import time
@@ -51,6 +57,21 @@ def run_engine_core(model, llm_kwargs: dict, inbox, outbox) -> None:
 
 
 NO_TOKENS = ((), (), ())      # a message with no one-token updates
+
+
+class RequestFailed(RuntimeError):
+    """One request met an error that is not its input's fault (a bug it found): the server answers 500,
+    and the engine core goes on serving the others."""
+
+
+def refusal(e: Exception) -> Exception:
+    """A request that could not be admitted, as the server answers it: a UserError (its input: a bad
+    prompt, too long, ...) as it is, a 400; anything else as RequestFailed, a 500, with the traceback
+    in the core's log. Both go back in the request's ack (vLLM: the error is that request's output)."""
+    if isinstance(e, UserError):
+        return e
+    traceback.print_exc()
+    return RequestFailed(f"the engine could not take this request: {type(e).__name__}: {str(e)[:200]}")
 
 
 @dataclass
@@ -104,9 +125,10 @@ class EngineCore:
                 c["engine_send_seconds"] += clock() - t1    # (in /metrics from the next message on)
         except (EOFError, BrokenPipeError, OSError):    # the server is gone: nothing left to serve
             return
-        except BaseException as e:                 # a bug: the server fails what is in flight, /health says 503
-            traceback.print_exc()
-            self.outbox.send(("dead", f"the engine stopped after an error: {e!r}"))
+        except BaseException as e:                 # a step raised: no request to blame, the engine's state
+            traceback.print_exc()                  # unknown (half a step applied): the core dies, the server
+            with contextlib.suppress(OSError):     # answers everyone in flight and exits (serve.py)
+                self.outbox.send(("dead", f"the engine stopped after an error: {type(e).__name__}: {str(e)[:200]}"))
 
     def _drain(self, inbox, block: bool) -> bool:
         """Take what the server sent (waiting for it when idle); False on "stop"."""
@@ -134,16 +156,10 @@ class EngineCore:
         return True
 
     def _add(self, key: int, i: int, rid: str, prompt, params, fill: bool):
-        eng = self.engine
         try:
-            if fill:                               # the room this prompt leaves (encoded once, here)
-                prompt = {"prompt_token_ids": eng.prompt_ids(prompt)}
-                room = min(eng.config.max_model_len, eng.config.capacity) - len(prompt["prompt_token_ids"])
-                params = dataclasses.replace(params, max_tokens=max(room, 1))
-            rid, reqs = eng.make_requests(prompt, params, rid)
-        except UserError as e:
-            return key, "ack", i, e
-        eng.add_group(rid, reqs)
+            params, reqs = self._admit(rid, prompt, params, fill)
+        except Exception as e:                     # ANY error: this request's, never the core's
+            return key, "ack", i, refusal(e)
         lp = params.logprobs is not None
         sids = [req.request_id for req in reqs]
         track = self._tracks[rid] = _Track(key, i, rid, len(reqs), lp, len(reqs) == 1 and not lp, sids)
@@ -151,6 +167,21 @@ class EngineCore:
             self._seq[req.request_id] = (track, k)
         self.counts["prompt_tokens"] += len(reqs[0].prompt_ids)
         return key, "ack", i, list(reqs[0].prompt_ids)
+
+    def _admit(self, rid: str, prompt, params, fill: bool):
+        """Check the prompt and add its sequences; whatever of it got in leaves again if this raises."""
+        eng = self.engine
+        if fill:                                   # the room this prompt leaves (encoded once, here)
+            prompt = {"prompt_token_ids": eng.prompt_ids(prompt)}
+            room = min(eng.config.max_model_len, eng.config.capacity) - len(prompt["prompt_token_ids"])
+            params = dataclasses.replace(params, max_tokens=max(room, 1))
+        rid, reqs = eng.make_requests(prompt, params, rid)
+        try:
+            eng.add_group(rid, reqs)
+        except BaseException:
+            eng.abort_request(rid)                 # its blocks (if any) back to the pool
+            raise
+        return params, reqs
 
     def _abort(self, rid: str) -> list:
         track = self._tracks.pop(rid, None)

@@ -45,10 +45,10 @@ def bad(param: str, message: str) -> ApiError:
 
 def from_user_error(e: UserError, default_param: str) -> ApiError:
     """The engine's own check (SamplingParams, a prompt too long ...) as a 400 naming the field."""
-    m = re.match(r"SamplingParams\.(\w+)", str(e))
+    m = re.search(r"SamplingParams\.(\w+)", str(e))      # (search: "prompt 2: ..." names one of a list)
     if m:
         return ApiError(400, str(e), m.group(1))
-    m = re.match(r"prompt \((\d+) tokens\) \+ max_tokens \(\d+\) = \d+ exceeds .* = (\d+) tokens", str(e))
+    m = re.search(r"prompt \((\d+) tokens\) \+ max_tokens \(\d+\) = \d+ exceeds .* = (\d+) tokens", str(e))
     if m and int(m.group(1)) < int(m.group(2)):            # the prompt fits: max_tokens asked too much
         return ApiError(400, str(e), "max_tokens")
     return ApiError(400, str(e), default_param)

@@ -28,14 +28,22 @@ from .async_llm import AsyncLLM
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, plus: one start line once the socket is bound, and on Ctrl-C / SIGTERM the
+    """uvicorn's server, plus: one start line once the socket is bound; on Ctrl-C / SIGTERM the
     requests in flight are aborted first (each stream ends with finish_reason "abort"), so the
-    graceful shutdown that follows does not wait for them to run to max_tokens."""
+    graceful shutdown that follows does not wait for them to run to max_tokens; and when the engine
+    core dies, the server stops too (``run`` then exits 1), as vLLM's does: the clients in flight are
+    answered (503) before it goes, and a supervisor starts a fresh process, the one state known good."""
 
     def __init__(self, config, async_llm: AsyncLLM, describe: str):
         super().__init__(config)
         self.async_llm, self.describe = async_llm, describe
         self.t0 = None                             # run(): when the process began loading the model
+        async_llm.on_dead = self.engine_died
+
+    def engine_died(self, why: str) -> None:
+        print(f"l10_server: {why}; {self.async_llm.pending} sequence(s) in flight answered 503, exiting with "
+              "status 1 (a supervisor restarts the server)", file=sys.stderr, flush=True)
+        self.should_exit = True
 
     async def startup(self, sockets=None):
         await super().startup(sockets)
@@ -185,3 +193,5 @@ def run(args, given: dict) -> None:
     server.t0 = t0
     server.run()
     print(f"l10_server: stopped after {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    if server.async_llm.dead is not None:           # the engine core died: a supervisor restarts us
+        sys.exit(1)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from plumbing.errors import UserError
+
 from .detok import IncrementalDetokenizer
 
 
@@ -69,8 +71,10 @@ class Submission:
         if kind == "ack":
             self.acks.put_nowait((i, payload))
             return
-        if kind == "dead":
+        if kind == "dead":                         # the engine core is gone: answer everything now
             self.error = payload
+            for _ in range(self.n_prompts):        # acks that will never come (accepted() takes n_prompts)
+                self.acks.put_nowait((None, payload))
         else:
             choices, finished = payload
             have = self.raw.setdefault(i, {})
@@ -90,10 +94,13 @@ class Submission:
 
     # ---- the response's writer -------------------------------------------------------------
     async def accepted(self) -> None:
-        """Wait until the engine core took every prompt; a UserError (bad prompt, too long) is raised
-        here, before any response is sent, and the prompts it did take are aborted."""
+        """Wait until the engine core took every prompt. A refusal (a UserError: bad prompt, too long;
+        RequestFailed; EngineDead when the core died meanwhile) is raised here, before any response is
+        sent, and the prompts it did take are aborted."""
         for _ in range(self.n_prompts):
             i, item = await self.acks.get()
+            if isinstance(item, UserError) and self.n_prompts > 1:
+                item = UserError(f"prompt {i}: {item}")   # which of the list (as LLM.generate says it)
             if isinstance(item, BaseException):
                 self.close()
                 raise item

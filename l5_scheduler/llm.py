@@ -29,6 +29,7 @@ from . import assemble
 from .config import make_config
 from .engine import LLMEngine
 from .outputs import RequestOutput
+from .request import check_encodable
 
 SIZES = ("block_size", "num_gpu_blocks_override", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
          "gpu_memory_utilization")
@@ -119,8 +120,15 @@ def render_chat(tokenizer, conversation, add_generation_prompt: bool = True, kwa
             for m in conversation):
         raise UserError(f'messages must be a non-empty list of {{"role": str, "content": str}}, got '
                         f"{str(conversation)[:80]!r}.")
-    return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                         **(kwargs or {}))
+    for i, m in enumerate(conversation):
+        check_encodable(m["role"], f"messages[{i}].role")
+        check_encodable(m["content"], f"messages[{i}].content")
+    try:
+        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                             **(kwargs or {}))
+    except Exception as e:            # the template's own refusal (jinja's raise_exception): these messages'
+        raise UserError(f"the chat template cannot render these messages ({type(e).__name__}: {str(e)[:200]}): "
+                        "check their roles and order against the model's template.") from None
 
 
 def run_to_completion(engine: LLMEngine, own: set[str], use_tqdm: bool = True):

@@ -84,13 +84,35 @@ class Request:
         return head + (self.output_ids[max(0, start - P):end] if end > 0 else [])
 
 
+def check_encodable(text: str, what: str = "the prompt") -> None:
+    """A UserError if ``text`` holds a surrogate code point (U+D800..U+DFFF): one half of a UTF-16
+    pair, alone (a JSON "\\ud800" escape is valid JSON). No UTF-8 encodes it, so no tokenizer can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{what} has an unpaired surrogate U+{ord(text[e.start]):04X} at character {e.start}: UTF-8 "
+                        "cannot encode it, so no tokenizer can: remove it, or give both halves of the pair "
+                        '(JSON "\\ud83d\\ude00" is one character).') from None
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """A text prompt -> ids. Whatever the tokenizer cannot encode is the prompt's fault: a UserError that
+    says why, never the tokenizer's own TypeError (which, raised in a server's engine core, stopped it)."""
+    try:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    except Exception as e:
+        check_encodable(text)
+        raise UserError(f"the tokenizer cannot encode this prompt ({type(e).__name__}: {str(e)[:200]}): check the "
+                        "prompt's text, or send {\"prompt_token_ids\": [...]}.") from None
+
+
 def prompt_token_ids(prompt, tokenizer, V: int) -> list[int]:
     """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""
     if isinstance(prompt, str):
         if tokenizer is None:
             raise UserError("this checkpoint has no tokenizer, so a text prompt cannot be encoded: "
                             'pass {"prompt_token_ids": [...]}.')
-        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = encode(tokenizer, prompt)
     elif isinstance(prompt, dict) and set(prompt) == {"prompt_token_ids"}:
         ids = prompt["prompt_token_ids"]
     else:

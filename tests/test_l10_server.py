@@ -206,6 +206,56 @@ BAD = [  # (endpoint, body, status, the param the error names)
 ]
 
 
+def test_a_lone_surrogate_is_a_400_naming_it_at_every_entry_point_and_the_server_serves_on(qwen3, monkeypatch):
+    """Issue 38: "a\\ud800b" (valid JSON) stopped the engine core. Each entry point: a 400 that names
+    the surrogate and where it is; the other prompts of a list are not left running. The openai
+    client's own encoder raises on a lone surrogate (UTF-8 has none), so it sends here what a
+    JavaScript client's JSON.stringify does: the \\ud800 escape."""
+    import json
+
+    import openai._base_client
+    monkeypatch.setattr(openai._base_client, "openapi_dumps", lambda obj: json.dumps(obj).encode())
+    base, _ = qwen3
+    c, bad = _client(base), "a\ud800b"
+    calls = [("prompt", "the prompt", lambda: c.completions.create(model="tiny-qwen3", prompt=bad, max_tokens=3)),
+             ("prompt", "prompt 1: the prompt", lambda: c.completions.create(model="tiny-qwen3", prompt=["ok", bad],
+                                                                              max_tokens=3)),
+             ("messages", "messages[0].content", lambda: c.chat.completions.create(
+                 model="tiny-qwen3", max_tokens=3, messages=[{"role": "user", "content": bad}]))]
+    for param, where, call in calls:
+        with pytest.raises(openai.BadRequestError) as e:
+            call()
+        err = e.value.body
+        assert err["param"] == param and err["message"].startswith(f"{where} has an unpaired surrogate U+D800 at "
+                                                                   "character 1: UTF-8 cannot encode it"), err
+    ok = c.completions.create(model="tiny-qwen3", prompt=PROMPT, max_tokens=3, temperature=0)
+    assert ok.choices[0].finish_reason == "length"
+    assert httpx.get(f"{base}/health", timeout=10).status_code == 200
+    wait_idle(base)
+
+
+def test_an_error_while_detokenizing_one_request_fails_it_alone_with_500_and_frees_its_blocks(qwen3, monkeypatch):
+    from l10_server.submission import Submission
+    base, _ = qwen3
+    real = Submission._text
+
+    def buggy(self, i, ch):                               # a bug that only seed 13's requests meet
+        if self.params.seed == 13:
+            raise RuntimeError("a detokenizer bug")
+        return real(self, i, ch)
+    monkeypatch.setattr(Submission, "_text", buggy)
+    body = {"prompt": PROMPT, "max_tokens": 8, "seed": 13}
+    whole = httpx.post(f"{base}/v1/completions", json=body, timeout=30)
+    assert whole.status_code == 500 and whole.json()["error"]["type"] == "server_error"
+    assert "RuntimeError: a detokenizer bug" in whole.json()["error"]["message"]
+    events = [e for e in httpx.post(f"{base}/v1/completions", json=dict(body, stream=True), timeout=30)
+              .text.splitlines() if e.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and "a detokenizer bug" in events[-2] and len(events) == 2
+    ok = httpx.post(f"{base}/v1/completions", json=dict(body, seed=14), timeout=30)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] >= 1
+    wait_idle(base)                                       # the failed ones' blocks are back
+
+
 def test_metrics_count_each_stretch_of_steps_for_bench_serves_timeline(qwen3):
     """Two requests with the engine idle between them: two stretches of steps, each with its own
     start, and the last step's end seen in /metrics (bench_serve.py's timeline reads these)."""

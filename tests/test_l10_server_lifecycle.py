@@ -1,12 +1,16 @@
 """Stage 10: servers of their own, each started and stopped by its test: a full queue answers 429,
-an engine core that dies fails the requests in flight with 503, the CLI starts, serves and stops
+an engine core that dies (issue 38's core meeting a lone surrogate; a SIGKILL) answers every client
+in flight at once and stops the server (the CLI then exits 1), the CLI starts, serves and stops
 on SIGTERM, and a bad flag is refused before torch loads. Every loop is bounded (client timeouts,
 polling deadlines). The module's one shared server: tests/test_l10_server.py."""
 import json
+import threading
+import time
 
 import httpx
 import pytest
 
+from l10_fuzz_bodies import BOUND, PINNED, check
 from l10_serving import metrics, running_server, wait_idle
 from test_l10_server import PROMPT
 
@@ -25,21 +29,72 @@ def test_a_full_queue_gets_429_and_the_server_keeps_serving():
         assert ok.status_code == 200 and ok.json()["choices"][0]["finish_reason"] == "length"
 
 
-@pytest.mark.deep      # a server of its own: a process and a model load more
-def test_an_engine_core_that_dies_fails_the_requests_in_flight_with_503_and_health_says_so():
+def _post(answers: dict, name: str, base: str, body: dict) -> threading.Thread:
+    t = threading.Thread(target=lambda: answers.__setitem__(name, httpx.post(f"{base}/v1/completions", json=body,
+                                                                             timeout=BOUND)))
+    t.start()
+    return t
+
+
+def _until(cond, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("how", ["issue-38", pytest.param("sigkill", marks=pytest.mark.deep)])
+def test_a_dying_engine_core_answers_every_client_at_once_and_the_server_exits(how, monkeypatch):
+    """The core dies with clients in flight: a stream (it gets an error event, then [DONE]), a whole
+    request (503) and one that waits for its ack (503). Each is answered within 5 s, and the server
+    stops (``python -m l10_server`` then exits 1: a supervisor starts a fresh one).
+
+    issue-38: issue 38's engine core (tests/l10_planted_core.py) meets the fuzz's pinned lone
+    surrogate, which therefore fails the fuzz's check (a 503, not a 400). sigkill: the core is killed."""
     import os
     import signal
-    with running_server("tiny-qwen3") as (base, server):
-        body = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}
-        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=30) as r:
+
+    import l10_planted_core
+    import l10_server.async_llm
+    if how == "issue-38":
+        monkeypatch.setattr(l10_server.async_llm, "run_engine_core", l10_planted_core.run_issue_38_core)
+    long = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True}
+    answers: dict = {}
+    with running_server("tiny-qwen3") as (base, srv):
+        pid = srv.async_llm.proc.pid
+        with httpx.stream("POST", f"{base}/v1/completions", json=dict(long, stream=True), timeout=BOUND) as r:
             lines = r.iter_lines()
-            next(lines)
-            os.kill(server.async_llm.proc.pid, signal.SIGKILL)      # the engine core dies mid-stream
+            next(lines)                                            # the stream is running
+            threads = [_post(answers, "whole", base, long)]
+            _until(lambda: srv.async_llm.snapshot["running"] == 2, "the whole request runs")
+            if how == "sigkill":
+                os.kill(pid, signal.SIGSTOP)                       # acks stop coming ...
+                threads.append(_post(answers, "waiting", base, {"prompt": PROMPT, "max_tokens": 3}))
+                _until(lambda: srv.async_llm.pending == 3, "the third request is submitted")
+                t0 = time.monotonic()
+                os.kill(pid, signal.SIGKILL)                       # ... and never will
+            else:
+                t0 = time.monotonic()
+                with pytest.raises(AssertionError, match="503 for"), httpx.Client(base_url=base) as client:
+                    check(client, *PINNED)                         # waits for its ack: answered 503
             rest = [line for line in lines if line.startswith("data: ")]
-        assert rest[-1] == "data: [DONE]" and '"error"' in rest[-2] and "engine core exited" in rest[-2]
-        assert httpx.get(f"{base}/health", timeout=10).status_code == 503
-        r = httpx.post(f"{base}/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}, timeout=30)
-        assert r.status_code == 503
+        for t in threads:
+            t.join(BOUND)
+        answered = time.monotonic() - t0
+        why = "engine core exited (exit code -9)" if how == "sigkill" else "engine stopped after an error: TypeError"
+        assert rest[-1] == "data: [DONE]" and '"error"' in rest[-2] and why in rest[-2], rest[-2:]
+        assert all(a.status_code == 503 and why in a.json()["error"]["message"] for a in answers.values()), answers
+        assert len(answers) == len(threads) and answered < 5, answered
+        _until(lambda: _refused(base), "the server stops", timeout=15)
+        assert srv.async_llm.dead is not None
+
+
+def _refused(base: str) -> bool:
+    try:
+        httpx.get(f"{base}/health", timeout=2)
+    except httpx.ConnectError:
+        return True
+    return False
 
 
 @pytest.mark.deep      # a server of its own: a process and a model load more
@@ -74,6 +129,38 @@ def test_the_cli_starts_logs_one_line_serves_and_stops_on_sigterm_aborting_the_s
         assert proc.wait(timeout=60) == 0
         rest = proc.stderr.read()
         assert "aborting 1 prompt(s) in flight" in rest and "stopped after" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.deep      # a process and a model load more
+def test_the_cli_exits_1_when_its_engine_core_dies_so_that_a_supervisor_restarts_it():
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+    proc = subprocess.Popen([sys.executable, "-m", "l10_server", "--port", "0", "--max-num-seqs", "8"],
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        line = ""
+        while "serving" not in line:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "the server exited before its start line"
+        base = re.search(r"at (http://\S+)/v1", line).group(1)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        core = next(int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes())
+        body = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=BOUND) as r:
+            lines = r.iter_lines()
+            next(lines)
+            os.kill(core, signal.SIGKILL)
+            rest = [e for e in lines if e.startswith("data: ")]
+        assert rest[-1] == "data: [DONE]" and "engine core exited" in rest[-2]
+        assert proc.wait(timeout=30) == 1
+        assert "answered 503, exiting with status 1" in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

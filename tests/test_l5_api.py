@@ -5,6 +5,7 @@ n > 1 (vLLM's ids and seeds; siblings share the prompt's blocks); include_stop_s
 vLLM's logprobs shape and cumulative_logprob; get_tokenizer and chat."""
 import importlib
 import math
+import re
 import tracemalloc
 
 import pytest
@@ -143,3 +144,20 @@ def test_get_tokenizer_and_chat_render_the_chat_template():
     for bad in ([{"role": "user"}], []):
         with pytest.raises(UserError, match="messages must be"):
             llm.chat(bad, use_tqdm=False)
+
+
+def test_a_lone_surrogate_is_one_line_user_error_naming_it_in_generate_add_request_and_chat():
+    """Issue 38: the tokenizer raised TypeError on "a\\ud800b" (a JSON "\\ud800" escape gives one).
+    Offline it is a UserError naming the problem, where, and the fix; nothing is left in the engine."""
+    llm = LLM(None, dtype="float32", impl="torch")
+    e, bad = llm.llm_engine, "a\ud800b"
+    where = re.escape("has an unpaired surrogate U+D800 at character 1: UTF-8 cannot encode it")
+    with pytest.raises(UserError, match=f"^prompt 1: the prompt {where}.*remove it") as err:
+        llm.generate(["ok", bad], GREEDY, use_tqdm=False)
+    assert "\n" not in str(err.value)
+    with pytest.raises(UserError, match=f"^the prompt {where}"):
+        e.add_request(bad, GREEDY)
+    with pytest.raises(UserError, match=rf"^messages\[1\]\.content {where}"):
+        llm.chat([{"role": "system", "content": "x"}, {"role": "user", "content": bad}], GREEDY, use_tqdm=False)
+    assert not e.requests and not e.has_unfinished_requests() and e.scheduler.kv.num_free == e.scheduler.kv.num_blocks
+    assert llm.generate("ok", GREEDY, use_tqdm=False)[0].outputs[0].finish_reason == "length"
