@@ -3,7 +3,7 @@
     python -m benchmarks.bench_l7                  # GPU: Qwen3-0.6B shape, random weights, bf16
     python -m benchmarks.bench_l7 --quick          # CPU smoke test of the script (tiny model)
 
-Rows (cumulative; every row has the engine loop's own cheap branches, lesson 7.6):
+Rows (cumulative; every row has the engine loop's own cheap branches, lesson 7.5):
     stage 6          the engine before this lesson (stage 3's kernel, torch ops, 7 copies per step)
     + inputs         l7 runner, eager: pinned inputs, one copy, incremental block table, no per-layer checks
     + fused ops      + fused add+RMSNorm, q/k-norm+RoPE+KV-write, SiLU*mul, merged qkv / gate_up matmuls

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (l7_fast/pdl.py, lesson 7.12): a single-stream decode step's
+"""Programmatic dependent launch (l7_fast/pdl.py, lesson 7.9): a single-stream decode step's
 kernel chain with and without PDL, in a CUDA graph, on a Hopper GPU.
 
     python -m benchmarks.bench_pdl              # a Hopper GPU; elsewhere it says so and exits
