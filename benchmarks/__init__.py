@@ -11,3 +11,17 @@ a benchmark imports its report and the shared helpers (``bench_common``, ``timin
 ``attention_peers``, ``kernel_bench``, ``outputs``), and no helper imports a benchmark; nothing
 in ``scripts/`` imports from here.
 """
+import sys
+
+
+def _one_line_on_ctrl_c(kind, value, tb, _default=sys.excepthook):
+    """Ctrl-C before a benchmark's main() runs (while torch loads): one line, not torch's import
+    traceback. CPython then ends the process by SIGINT, so the shell sees status 130 as it does
+    from plumbing.cli.run_main."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+    else:
+        _default(kind, value, tb)
+
+
+sys.excepthook = _one_line_on_ctrl_c
