@@ -233,3 +233,23 @@ def test_ctrl_c_stops_a_script_with_one_line_and_status_130():
     assert p.returncode == 130, f"exit status {p.returncode}; stderr:\n{err}"
     assert "Traceback" not in err
     assert len(lines) == 1 and "interrupt" in lines[0].lower(), f"stderr after the progress lines: {lines}"
+
+
+def test_ctrl_c_while_a_benchmark_loads_torch_is_one_line_and_sigint_status():
+    """A benchmark interrupted before its main() runs (flags parsed, torch still importing): one
+    line, and the process ends by SIGINT (the shell shows 130). Without benchmarks/__init__.py's
+    hook this prints torch's import traceback."""
+    p = subprocess.Popen([sys.executable, "-X", "importtime", str(ROOT / "benchmarks" / "bench_e2e.py"), "--quick"],
+                         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        while "benchmarks.outputs" not in p.stderr.readline():    # -X importtime: one line per module loaded
+            assert p.poll() is None, "bench_e2e.py exited before it imported benchmarks.outputs"
+        p.send_signal(signal.SIGINT)                # now in torch's import (seconds of it)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    lines = [ln for ln in err.splitlines() if not ln.startswith("import time:")]
+    assert p.returncode in (-signal.SIGINT, 130), f"exit status {p.returncode}; stderr:\n{err[-2000:]}"
+    assert lines == ["interrupted (Ctrl-C)"], lines[-20:]
