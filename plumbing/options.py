@@ -99,8 +99,8 @@ def resolve(options: dict[str, Option], given: dict, unknown_hint: Callable[[str
         name = unknown[0]
         hint = unknown_hint(name)
         close = difflib.get_close_matches(name, options, n=1)
-        raise UserError(f"unknown option {name!r}" + (f": {hint}" if hint else f": did you mean {close[0]!r}?" if close
-                        else f"; this engine's options are {', '.join(sorted(options))}") + ".")
+        raise UserError(f"unknown option {name!r}" + (f": {hint}." if hint else f": did you mean {close[0]!r}?" if close
+                        else f"; this engine's options are {', '.join(sorted(options))}."))
     return Values(options, given)
 
 
