@@ -4,10 +4,12 @@
     POST /v1/chat/completions   messages -> the tokenizer's chat template -> the same
     GET  /v1/models             the one model served
     GET  /health                200, or 503 once the engine has died
+    GET  /version               {"version": ...} (vLLM's)
+    GET  /docs, /openapi.json   the request bodies' schemas (protocol.py's models)
     GET  /metrics               Prometheus text: running, waiting, KV blocks, prefix-cache hits, tokens
 
-Errors are OpenAI's JSON (protocol.ApiError): 400 for a bad field (named in ``param``), 404 for
-an unknown model, 429 when more than ``--max-pending`` sequences are in flight (the server refuses
+Errors are OpenAI's JSON (errors.py): 400 for a bad field (named in ``param``), 404 for an
+unknown model or route (405: a wrong method), 415 for a body that is not JSON, 429 when more than ``--max-pending`` sequences are in flight (the server refuses
 rather than queueing without bound; the client retries), 500 for a request that met a bug (that
 request alone: the others go on), 503 once the engine core has died (every client in flight is
 answered at once, and the server exits: serve.py). A stream that fails after its headers went out
@@ -19,6 +21,7 @@ A client that goes away is aborted: a stream's generator is cancelled by the ser
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import logging
 from contextlib import asynccontextmanager
@@ -31,8 +34,13 @@ from plumbing.errors import UserError
 
 from .async_llm import AsyncLLM, EngineDead, QueueFull
 from .engine_core import RequestFailed
-from .protocol import ApiError, from_user_error, parse_chat, parse_completion
+from .errors import ApiError, error_response, install
+from .params import from_user_error, parse_chat, parse_completion
+from .protocol import ERRORS, ChatCompletionRequest, CompletionRequest
 from .responses import DONE, Formatter, merge
+
+
+VERSION = importlib.metadata.version("triton-llm-lessons")
 
 
 def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start=None) -> FastAPI:
@@ -44,11 +52,8 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
         yield
         async_llm.shutdown()
 
-    app = FastAPI(title="triton-llm-lessons", lifespan=lifespan)
-
-    @app.exception_handler(ApiError)
-    async def api_error(request, e: ApiError):
-        return error_response(e)
+    app = FastAPI(title="triton-llm-lessons", version=VERSION, lifespan=lifespan)
+    install(app)                                      # every refusal as OpenAI's error JSON
 
     @app.exception_handler(Exception)
     async def bug(request, e: Exception):             # a bug a request met: that request's 500, as OpenAI's JSON
@@ -69,14 +74,18 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
     async def metrics():
         return PlainTextResponse(prometheus(async_llm.snapshot, async_llm.pending))
 
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        parsed = parse_completion(await _json(request))
+    @app.get("/version")
+    async def version():
+        return {"version": VERSION}
+
+    @app.post("/v1/completions", responses=ERRORS)
+    async def completions(body: CompletionRequest, request: Request):
+        parsed = parse_completion(body)
         return await _serve(request, async_llm, parsed, model_name, chat=False)
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        parsed = parse_chat(await _json(request))
+    @app.post("/v1/chat/completions", responses=ERRORS)
+    async def chat(body: ChatCompletionRequest, request: Request):
+        parsed = parse_chat(body)
         try:
             parsed.prompts = [render_chat(async_llm.front_tokenizer, parsed.extra["messages"])]
         except UserError as e:
@@ -84,11 +93,6 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
         return await _serve(request, async_llm, parsed, model_name, chat=True)
 
     return app
-
-
-def error_response(e: ApiError) -> Response:
-    """OpenAI's error JSON, ASCII-escaped: a message may quote the request, lone surrogates and all."""
-    return Response(json.dumps(e.body()), status_code=e.status, media_type="application/json")
 
 
 def failed(e: BaseException) -> ApiError:
@@ -100,20 +104,12 @@ def failed(e: BaseException) -> ApiError:
                     type="server_error")
 
 
-async def _json(request: Request):
-    try:
-        return json.loads(await request.body())
-    except RecursionError:
-        raise ApiError(400, "the request body is nested too deeply") from None
-    except ValueError as e:
-        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
-
-
 async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat: bool):
     if parsed.model is not None and parsed.model != model_name:
         raise ApiError(404, f"the model {parsed.model!r} does not exist: this server serves {model_name!r} "
                             "(GET /v1/models)", "model", code="model_not_found")
-    fmt = Formatter(chat, model_name, parsed.params.n, llm.front_tokenizer, parsed.include_usage, parsed.return_token_ids)
+    fmt = Formatter(chat, model_name, parsed.params.n, llm.front_tokenizer, parsed.include_usage,
+                    parsed.return_token_ids, parsed.continuous_usage, parsed.echo)
     try:
         sub = llm.submit(parsed.prompts, parsed.params, fmt.id, parsed.fill_max_tokens)
     except QueueFull as e:
@@ -128,6 +124,7 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
         raise from_user_error(e, "messages" if chat else "prompt") from None
     except (RequestFailed, EngineDead) as e:            # 500: a bug this request met; 503: the core died
         raise failed(e) from None
+    fmt.accepted(parsed.prompts, sub.prompt_token_ids)
     prompt_tokens = sum(len(p) for p in sub.prompt_token_ids)
     if parsed.stream:
         return StreamingResponse(_stream(sub, fmt, prompt_tokens), media_type="text/event-stream")

@@ -1,206 +1,200 @@
-"""Request bodies of the OpenAI API -> what the engine takes, every field checked.
+"""The OpenAI request bodies as pydantic models: what ``/docs`` and ``/openapi.json`` show, and
+every check a body must pass before the engine sees it.
 
 A field the server does not implement is refused (400, naming it), never ignored: a client that
-sends ``logit_bias`` or ``tools`` and gets an answer would believe they were honoured. The fields:
+sends ``tools`` and gets an answer would believe they were honoured. So the models forbid unknown
+fields (``extra="forbid"``) and are strict (``"max_tokens": "3"`` or ``true`` is not a number).
+A field left out or sent as ``null`` means its default. The fields:
 
     both endpoints   model, max_tokens, temperature, top_p, top_k, min_p, seed, stop, n,
                      presence_penalty, frequency_penalty, repetition_penalty, stream,
-                     stream_options.include_usage, ignore_eos, min_tokens, stop_token_ids,
-                     include_stop_str_in_output, return_token_ids (vLLM's: each choice also
-                     carries its token ids), user (accepted, unused: it is only a label)
-    /v1/completions  prompt (text, ids, or a list of either), logprobs (0..20), echo (false),
-                     best_of (= n), suffix (null), logit_bias (null or {})
+                     stream_options (include_usage, continuous_usage_stats), ignore_eos,
+                     min_tokens, stop_token_ids, include_stop_str_in_output, return_token_ids,
+                     user (accepted, unused: it is only a label), and the NOT_YET fields
+    /v1/completions  prompt (text, ids, or a list of either), logprobs (0..20), echo,
+                     best_of (= n), suffix (null)
     /v1/chat/...     messages, logprobs (bool) + top_logprobs (0..20), max_completion_tokens,
                      response_format ({"type": "text"}), tools / tool_choice (none)
 
-Defaults are OpenAI's: max_tokens 16 for completions; for chat, the room the prompt leaves (vLLM).
+A check that spans fields (``best_of`` and ``n``, ``stream_options`` without ``stream`` ...)
+raises ``refuse(param, message)`` in a model validator; errors.py turns each failure into
+OpenAI's error JSON naming the field.
 """
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, field
+import json
+from typing import Annotated, Any, Literal, Union
 
-from l4_sampler.params import SamplingParams
-from plumbing.errors import UserError
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 MAX_LOGPROBS = 20
+INT64 = (-2**63, 2**63 - 1)
 
-
-class ApiError(Exception):
-    """An error the client gets as OpenAI's JSON: ``{"error": {"message", "type", "param", "code"}}``."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, type: str = "invalid_request_error",
-                 code: str | None = None):
-        super().__init__(message)
-        self.status, self.message, self.param, self.type, self.code = status, message, param, type, code
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad(param: str, message: str) -> ApiError:
-    return ApiError(400, f"{param}: {message}", param)
-
-
-def from_user_error(e: UserError, default_param: str) -> ApiError:
-    """The engine's own check (SamplingParams, a prompt too long ...) as a 400 naming the field."""
-    m = re.search(r"SamplingParams\.(\w+)", str(e))      # (search: "prompt 2: ..." names one of a list)
-    if m:
-        return ApiError(400, str(e), m.group(1))
-    m = re.search(r"prompt \((\d+) tokens\) \+ max_tokens \(\d+\) = \d+ exceeds .* = (\d+) tokens", str(e))
-    if m and int(m.group(1)) < int(m.group(2)):            # the prompt fits: max_tokens asked too much
-        return ApiError(400, str(e), "max_tokens")
-    return ApiError(400, str(e), default_param)
-
-
-@dataclass
-class Parsed:
-    prompts: list                    # each a string or {"prompt_token_ids": [...]}
-    params: SamplingParams
-    stream: bool = False
-    include_usage: bool = False
-    fill_max_tokens: bool = False    # max_tokens: whatever room the prompt leaves
-    model: str | None = None
-    return_token_ids: bool = False
-    extra: dict = field(default_factory=dict)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
-
-
-# name -> (check, what it must be). A None value means "the default" for every optional field.
-_SAMPLING = {
-    "model": (lambda v: isinstance(v, str), "a string"),
-    "max_tokens": (_is_int, "an integer >= 1"),
-    "temperature": (_is_num, "a number >= 0"),
-    "top_p": (_is_num, "a number in (0, 1]"),
-    "top_k": (_is_int, "an integer: -1 or 0 (off) or >= 1"),
-    "min_p": (_is_num, "a number in [0, 1]"),
-    "seed": (_is_int, "an integer"),
-    "stop": (lambda v: isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) and s for s in v)),
-             "a string or a list of non-empty strings"),
-    "n": (_is_int, "an integer >= 1"),
-    "presence_penalty": (_is_num, "a number in [-2, 2]"),
-    "frequency_penalty": (_is_num, "a number in [-2, 2]"),
-    "repetition_penalty": (_is_num, "a number > 0"),
-    "stream": (lambda v: isinstance(v, bool), "true or false"),
-    "stream_options": (lambda v: isinstance(v, dict) and set(v) <= {"include_usage", "continuous_usage_stats"}
-                       and all(isinstance(x, bool) for x in v.values()), '{"include_usage": true|false}'),
-    "ignore_eos": (lambda v: isinstance(v, bool), "true or false"),
-    "min_tokens": (_is_int, "an integer >= 0"),
-    "stop_token_ids": (lambda v: isinstance(v, list) and all(_is_int(t) for t in v), "a list of integers"),
-    "include_stop_str_in_output": (lambda v: isinstance(v, bool), "true or false"),
-    "user": (lambda v: isinstance(v, str), "a string"),
-    "return_token_ids": (lambda v: isinstance(v, bool), "true or false"),
-}
-_COMPLETIONS = {
-    "prompt": (lambda v: True, "a string, a list of token ids, or a list of either"),
-    "logprobs": (lambda v: _is_int(v) and 0 <= v <= MAX_LOGPROBS, f"an integer in [0, {MAX_LOGPROBS}]"),
-    "echo": (lambda v: v is False, "false (echoing the prompt is not implemented)"),
-    "best_of": (_is_int, "equal to n (best_of > n is not implemented)"),
-    "suffix": (lambda v: False, "null (suffix / insertion is not implemented)"),
-    "logit_bias": (lambda v: v == {}, "null or {} (logit_bias is not implemented)"),
-}
-_CHAT = {
-    "messages": (lambda v: True, 'a non-empty list of {"role": ..., "content": ...}'),
-    "logprobs": (lambda v: isinstance(v, bool), "true or false"),
-    "top_logprobs": (lambda v: _is_int(v) and 0 <= v <= MAX_LOGPROBS, f"an integer in [0, {MAX_LOGPROBS}]"),
-    "max_completion_tokens": (_is_int, "an integer >= 1"),
-    "response_format": (lambda v: v == {"type": "text"}, '{"type": "text"} (JSON modes are not implemented)'),
-    "tools": (lambda v: v == [], "absent (tool calling is not implemented)"),
-    "tool_choice": (lambda v: v == "none", '"none" (tool calling is not implemented)'),
+#: vLLM's fields that the engine does not take yet: each is refused unless it is absent or has its
+#: neutral value (listed here, and sent as-is). Wiring one = deleting its line: params.py hands every
+#: field of ENGINE_FIELDS that is not listed here to SamplingParams.
+NOT_YET: dict[str, list] = {
+    "logit_bias": [{}], "allowed_token_ids": [], "bad_words": [[]], "skip_special_tokens": [True],
+    "spaces_between_special_tokens": [True], "truncate_prompt_tokens": [], "prompt_logprobs": [],
 }
 
 
-def _check_fields(body, table: dict) -> dict:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    unknown = sorted(set(body) - set(table))
-    if unknown:
-        raise bad(unknown[0], f"unknown parameter (this server takes: {', '.join(sorted(table))})")
-    for name, value in body.items():
-        check, what = table[name]
-        if value is not None and not check(value):
-            raise bad(name, f"must be {what}, got {str(value)[:60]!r}")
-    return {k: v for k, v in body.items() if v is not None}
+def refuse(param: str, message: str) -> PydanticCustomError:
+    """A check of a model validator that failed: errors.py answers 400 with ``param``."""
+    return PydanticCustomError("refused", "{message}", {"param": param, "message": f"{param}: {message}"})
 
 
-def _params(b: dict, max_tokens: int, logprobs: int | None) -> SamplingParams:
-    names = ("temperature", "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
-             "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "include_stop_str_in_output")
-    kw = {k: b[k] for k in names if k in b}
-    if "stop" in b:
-        kw["stop"] = [b["stop"]] if isinstance(b["stop"], str) else list(b["stop"])
-    try:
-        return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kw)
-    except UserError as e:
-        raise from_user_error(e, "max_tokens") from None
+def _f(what: str, **constraints) -> Any:
+    """An optional field; ``what`` is what it must be (the schema's description, the error's words)."""
+    return Field(None, description=what, **constraints)
 
 
-def _prompts(p) -> list:
-    """OpenAI's four prompt forms: "text", [ids], ["text", ...], [[ids], ...]."""
-    if isinstance(p, str):
-        return [p]
-    if isinstance(p, list) and p and all(_is_int(t) for t in p):
-        return [{"prompt_token_ids": list(p)}]
-    if isinstance(p, list) and p and all(isinstance(x, str) for x in p):
-        return list(p)
-    if isinstance(p, list) and p and all(isinstance(x, list) and x and all(_is_int(t) for t in x) for x in p):
-        return [{"prompt_token_ids": list(x)} for x in p]
-    raise bad("prompt", f"must be a non-empty string, a list of token ids, or a list of either; got {str(p)[:60]!r}")
+NUM = dict(allow_inf_nan=False)
+TokenId = Annotated[int, Field(ge=0)]
+# (a string field has no pydantic length limit: pydantic refuses a constrained string that holds a
+# lone surrogate as "not a string"; the engine refuses an empty one, and names the surrogate)
 
 
-def _stream(b: dict) -> tuple[bool, bool]:
-    stream, opts = b.get("stream", False), b.get("stream_options") or {}
-    if opts and not stream:
-        raise bad("stream_options", "is only allowed with stream: true")
-    return stream, opts.get("include_usage", False)
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def parse_completion(body) -> Parsed:
-    b = _check_fields(body, {**_SAMPLING, **_COMPLETIONS})
-    if "prompt" not in b:
-        raise bad("prompt", "is required")
-    if "best_of" in b and b["best_of"] != b.get("n", 1):
-        raise bad("best_of", "must equal n (best_of > n is not implemented)")
-    stream, usage = _stream(b)
-    params = _params(b, b.get("max_tokens", 16), b.get("logprobs"))
-    return Parsed(_prompts(b["prompt"]), params, stream, usage, model=b.get("model"),
-                  return_token_ids=b.get("return_token_ids", False))
+class StreamOptions(Strict):
+    include_usage: bool | None = _f("true or false: one last chunk carries the usage")
+    continuous_usage_stats: bool | None = _f("true or false: with include_usage, every chunk carries "
+                                             "the usage so far (vLLM's)")
 
 
-def chat_messages(messages) -> list[dict]:
-    """Messages with string content; OpenAI's list-of-parts content is joined when every part is text."""
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages", 'must be a non-empty list of {"role": ..., "content": ...}')
-    out = []
-    for m in messages:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list) and all(isinstance(x, dict) and x.get("type") == "text"
-                                             and isinstance(x.get("text"), str) for x in content):
-            content = "".join(x["text"] for x in content)
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(content, str):
-            raise bad("messages", f'each message must be {{"role": str, "content": str or text parts}}, '
-                                  f"got {str(m)[:60]!r}")
-        out.append({"role": m["role"], "content": content})
-    return out
+class ResponseFormat(Strict):
+    type: Literal["text"] = Field(description='"text" (JSON modes are not implemented)')
 
 
-def parse_chat(body) -> Parsed:
-    b = _check_fields(body, {**_SAMPLING, **_CHAT})
-    messages = chat_messages(b.get("messages"))
-    if "top_logprobs" in b and not b.get("logprobs"):
-        raise bad("top_logprobs", "needs logprobs: true")
-    if "max_tokens" in b and "max_completion_tokens" in b:
-        raise bad("max_completion_tokens", "give max_tokens or max_completion_tokens, not both")
-    max_tokens = b.get("max_completion_tokens", b.get("max_tokens"))
-    stream, usage = _stream(b)
-    params = _params(b, max_tokens or 1, b.get("top_logprobs", 0) if b.get("logprobs") else None)
-    return Parsed([], params, stream, usage, fill_max_tokens=max_tokens is None, model=b.get("model"),
-                  return_token_ids=b.get("return_token_ids", False), extra={"messages": messages})
+class TextPart(Strict):
+    type: Literal["text"] = Field(description='"text" (other parts are not implemented)')
+    text: str
+
+
+class ChatMessage(Strict):
+    role: str
+    content: Union[str, list[TextPart]] = Field(description='a string or a list of {"type": "text", "text": str}')
+
+
+class SamplingFields(Strict):
+    """The fields both endpoints take (vLLM's SamplingParams, and how to stream)."""
+    model: str | None = _f("a string: the served model's name (GET /v1/models)")
+    max_tokens: int | None = _f("an integer >= 1", ge=1)
+    temperature: float | None = _f("a number >= 0 (0 = greedy)", ge=0, **NUM)
+    top_p: float | None = _f("a number in (0, 1]", gt=0, le=1, **NUM)
+    top_k: int | None = _f("an integer: -1 or 0 (off) or >= 1", ge=-1)
+    min_p: float | None = _f("a number in [0, 1]", ge=0, le=1, **NUM)
+    seed: int | None = _f(f"an integer in [{INT64[0]}, {INT64[1]}] (int64)", ge=INT64[0], le=INT64[1])
+    stop: Union[str, list[str]] | None = _f("a non-empty string or a list of non-empty strings")
+    n: int | None = _f("an integer >= 1", ge=1)
+    presence_penalty: float | None = _f("a number in [-2, 2]", ge=-2, le=2, **NUM)
+    frequency_penalty: float | None = _f("a number in [-2, 2]", ge=-2, le=2, **NUM)
+    repetition_penalty: float | None = _f("a number > 0 (1 = off)", gt=0, **NUM)
+    stream: bool | None = _f("true or false")
+    stream_options: StreamOptions | None = _f('{"include_usage": true|false, "continuous_usage_stats": true|false}, '
+                                              "with stream: true")
+    ignore_eos: bool | None = _f("true or false")
+    min_tokens: int | None = _f("an integer >= 0", ge=0)
+    stop_token_ids: list[TokenId] | None = _f("a list of token ids (integers >= 0)")
+    include_stop_str_in_output: bool | None = _f("true or false")
+    return_token_ids: bool | None = _f("true or false: each choice also carries its token ids, and the "
+                                       "response its prompt's")
+    user: str | None = _f("a string (a label: the server does not use it)")
+    # NOT_YET: typed as vLLM types them, refused unless neutral (see NOT_YET)
+    logit_bias: dict[str, float] | None = _f("{} or absent (logit_bias is not implemented yet)")
+    allowed_token_ids: list[TokenId] | None = _f("absent (allowed_token_ids is not implemented yet)")
+    bad_words: list[str] | None = _f("[] or absent (bad_words is not implemented yet)")
+    skip_special_tokens: bool | None = _f("true or absent (false is not implemented yet)")
+    spaces_between_special_tokens: bool | None = _f("true or absent (false is not implemented yet)")
+    truncate_prompt_tokens: int | None = _f("absent (truncate_prompt_tokens is not implemented yet)", ge=-1)
+    prompt_logprobs: int | None = _f("absent (prompt_logprobs is not implemented yet)", ge=0, le=MAX_LOGPROBS)
+
+    @model_validator(mode="after")
+    def _common(self):
+        for name, neutral in NOT_YET.items():
+            value = getattr(self, name)
+            if value is not None and value not in neutral:
+                spelled = " or ".join(_json(v) for v in neutral)
+                raise refuse(name, "is not implemented by this server yet: leave it out"
+                             + (f" or send {spelled}" if neutral else ""))
+        if self.stream_options is not None and self.stream_options.model_fields_set and not self.stream:
+            raise refuse("stream_options", "is only allowed with stream: true")
+        return self
+
+
+class CompletionRequest(SamplingFields):
+    """POST /v1/completions: OpenAI's legacy completions, with vLLM's extra sampling fields."""
+    prompt: Union[str, Annotated[list[TokenId], Field(min_length=1)],
+                  Annotated[list[str], Field(min_length=1)],
+                  Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]] = Field(
+        description="a non-empty string, a non-empty list of token ids (integers >= 0), or a non-empty list of either")
+    logprobs: int | None = _f(f"an integer in [0, {MAX_LOGPROBS}]", ge=0, le=MAX_LOGPROBS)
+    echo: bool | None = _f("true or false: the text starts with the prompt")
+    best_of: int | None = _f("an integer equal to n (best_of > n is not implemented)", ge=1)
+    suffix: None = _f("null (suffix / insertion is not implemented)")
+
+    @model_validator(mode="after")
+    def _completion(self):
+        if self.best_of is not None and self.best_of != (self.n or 1):
+            raise refuse("best_of", f"must equal n ({self.n or 1}): best_of > n is not implemented")
+        if self.echo and self.logprobs is not None:
+            raise refuse("echo", "with logprobs needs the prompt's logprobs, which this server does not return "
+                                 "yet: drop echo or logprobs")
+        return self
+
+
+class ChatCompletionRequest(SamplingFields):
+    """POST /v1/chat/completions: messages rendered by the model's chat template."""
+    messages: Annotated[list[ChatMessage], Field(min_length=1)] = Field(
+        description='a non-empty list of {"role": str, "content": str or a list of {"type": "text", "text": str}}')
+    logprobs: bool | None = _f("true or false")
+    top_logprobs: int | None = _f(f"an integer in [0, {MAX_LOGPROBS}], with logprobs: true", ge=0, le=MAX_LOGPROBS)
+    max_completion_tokens: int | None = _f("an integer >= 1", ge=1)
+    response_format: ResponseFormat | None = _f('{"type": "text"} (JSON modes are not implemented)')
+    tools: Annotated[list[Any], Field(max_length=0)] | None = _f("[] or absent (tool calling is not implemented)")
+    tool_choice: Literal["none"] | None = _f('"none" or absent (tool calling is not implemented)')
+
+    @model_validator(mode="after")
+    def _chat(self):
+        if self.top_logprobs is not None and not self.logprobs:
+            raise refuse("top_logprobs", "needs logprobs: true")
+        if self.max_tokens is not None and self.max_completion_tokens is not None:
+            raise refuse("max_completion_tokens", "give max_tokens or max_completion_tokens, not both")
+        return self
+
+
+class ErrorBody(BaseModel):
+    message: str = Field(description="one line: what is wrong, and how to fix it")
+    type: str = Field(description='"invalid_request_error", "rate_limit_exceeded" or "server_error"')
+    param: str | None = Field(description="the request's field at fault, if one is")
+    code: str | None = Field(description='"model_not_found", "rate_limit_exceeded" or null')
+
+
+class ErrorResponse(BaseModel):
+    """Every refusal's body (errors.py), OpenAI's shape."""
+    error: ErrorBody
+
+
+#: what the routes answer besides 200 (/docs shows it; FastAPI's own 422 is never sent)
+ERRORS = {"4XX": {"model": ErrorResponse, "description": "a bad request: 400 (a field, named in param), 404 (no such "
+                  "model), 415 (not JSON), 429 (too many in flight: retry)"},
+          "5XX": {"model": ErrorResponse, "description": "500: this request met a bug; 503: the engine core died"}}
+
+
+def _json(value) -> str:
+    return json.dumps(value)
+
+
+def _own(model: type[BaseModel]) -> frozenset[str]:
+    return frozenset(model.model_fields) - frozenset(SamplingFields.model_fields)
+
+
+#: the field names of each body (tests/l10_fuzz_bodies.py mutates bodies with them)
+_SAMPLING = frozenset(SamplingFields.model_fields)
+_COMPLETIONS = _own(CompletionRequest)
+_CHAT = _own(ChatCompletionRequest)
+MODELS = {"/v1/completions": CompletionRequest, "/v1/chat/completions": ChatCompletionRequest}

@@ -4,11 +4,18 @@ A streamed response is a sequence of ``data: {json}\\n\\n`` events and then ``da
 
     completions   {"object": "text_completion", "choices": [{"index", "text", "logprobs", "finish_reason"}]}
     chat          {"object": "chat.completion.chunk", "choices": [{"index", "delta", "logprobs", "finish_reason"}]}
-                  the first chunk of each choice has delta {"role": "assistant", "content": ""}
+                  the first chunk of each choice has delta {"role": "assistant", "content": ...}
 
 Every choice gets exactly one chunk whose ``finish_reason`` is not null, its last. With
 ``stream_options.include_usage`` every chunk carries ``"usage": null`` and one more chunk, with
-``"choices": []``, carries the usage. Choice ``index`` is ``prompt_index * n + k`` (OpenAI's order).
+``"choices": []``, carries the usage; with ``continuous_usage_stats`` too, every chunk carries its
+choice's usage so far (its prompt's tokens, its own generated tokens: vLLM's). Choice ``index`` is
+``prompt_index * n + k`` (OpenAI's order).
+
+vLLM's extras: ``return_token_ids`` adds ``token_ids`` to every choice (a chunk: its new ids) and
+the prompt's ids, ``prompt_token_ids``: on each completions choice (streamed: its first chunk),
+at the top of a chat response (streamed: the first chunk only). ``echo`` (completions) starts each
+choice's text with its prompt: the text sent, or the ids decoded.
 """
 from __future__ import annotations
 
@@ -32,13 +39,23 @@ class Formatter:
     """Builds one response's objects (one id, one created time, one model name)."""
 
     def __init__(self, chat: bool, model: str, n: int, tokenizer, include_usage: bool = False,
-                 return_token_ids: bool = False):
+                 return_token_ids: bool = False, continuous_usage: bool = False, echo: bool = False):
         self.chat, self.model, self.n, self.tok, self.include_usage = chat, model, n, tokenizer, include_usage
-        self.return_token_ids = return_token_ids
+        self.return_token_ids, self.continuous_usage, self.echo = return_token_ids, continuous_usage, echo
         self.id = new_id("chatcmpl" if chat else "cmpl")
         self.created = int(time.time())
         self.offsets: dict[int, int] = {}          # completions logprobs: text offset per choice
-        self.started: set[int] = set()             # chat: choices that got their role chunk
+        self.started: set[int] = set()             # choices that got their first chunk
+        self.generated: dict[int, int] = {}        # continuous usage: tokens per choice so far
+        self.prompt_ids: list[list[int]] = []      # per prompt, once the engine core took them
+        self.prompt_texts: list[str] = []          # echo: what each choice's text starts with
+
+    def accepted(self, prompts: list, prompt_token_ids: list[list[int]]) -> None:
+        """The engine core took the prompts: their ids (usage, return_token_ids) and texts (echo)."""
+        self.prompt_ids = prompt_token_ids
+        if self.echo:                              # the text sent, or the ids decoded (vLLM's)
+            self.prompt_texts = [p if isinstance(p, str) else self.tok.decode(ids, skip_special_tokens=False)
+                                 for p, ids in zip(prompts, prompt_token_ids)]
 
     def _token(self, tid: int) -> str:
         return self.tok.decode([tid], skip_special_tokens=False)
@@ -68,33 +85,30 @@ class Formatter:
         return {"tokens": tokens, "token_logprobs": [x.logprob for x in lps], "top_logprobs": tops,
                 "text_offset": offsets}
 
-    def _choice(self, index: int, ch, delta: bool) -> dict:
-        out = self._fields(index, ch, delta)
+    def _choice(self, index: int, ch, delta: bool, first: bool) -> dict:
+        """One choice; ``first``: its first chunk, or the whole response (what is said once)."""
+        lps = self.logprobs(index, ch.logprobs)
+        text = self.prompt_texts[index // self.n] + ch.text if self.echo and first else ch.text
+        if not self.chat:
+            out = {"index": index, "text": text, "logprobs": lps, "finish_reason": ch.finish_reason,
+                   "stop_reason": ch.stop_reason}
+            if self.return_token_ids and first:
+                out["prompt_token_ids"] = list(self.prompt_ids[index // self.n])
+        else:
+            message = {"role": "assistant", "content": text} if first else {"content": text}
+            out = {"index": index, "delta" if delta else "message": message, "logprobs": lps,
+                   "finish_reason": ch.finish_reason, "stop_reason": ch.stop_reason}
         if self.return_token_ids:
             out["token_ids"] = list(ch.token_ids)
         return out
 
-    def _fields(self, index: int, ch, delta: bool) -> dict:
-        lps = self.logprobs(index, ch.logprobs)
-        if not self.chat:
-            return {"index": index, "text": ch.text, "logprobs": lps, "finish_reason": ch.finish_reason,
-                    "stop_reason": ch.stop_reason}
-        if delta:
-            d = {"content": ch.text}
-            if index not in self.started:
-                self.started.add(index)
-                d = {"role": "assistant", "content": ch.text}
-            key, value = "delta", d
-        else:
-            key, value = "message", {"role": "assistant", "content": ch.text}
-        return {"index": index, key: value, "logprobs": lps, "finish_reason": ch.finish_reason,
-                "stop_reason": ch.stop_reason}
-
-    def chunk(self, choices: list[dict]) -> dict:
+    def chunk(self, choices: list[dict], usage: dict | None = None) -> dict:
         out = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                "created": self.created, "model": self.model, "choices": choices}
+        if self.chat and self.return_token_ids and not self.started:     # the stream's first chunk
+            out["prompt_token_ids"] = list(self.prompt_ids[0])
         if self.include_usage:
-            out["usage"] = None
+            out["usage"] = usage
         return out
 
     def stream_chunks(self, prompt_index: int, update) -> list[str]:
@@ -102,9 +116,16 @@ class Formatter:
         out = []
         for ch in update.choices:
             index = prompt_index * self.n + ch.index
-            first_chat = self.chat and index not in self.started
-            if ch.text or ch.logprobs or ch.finish_reason or first_chat or (self.return_token_ids and ch.token_ids):
-                out.append(sse(self.chunk([self._choice(index, ch, delta=True)])))
+            self.generated[index] = self.generated.get(index, 0) + len(ch.token_ids)
+            first = index not in self.started
+            says_first = first and (self.chat or self.echo or self.return_token_ids)
+            if ch.text or ch.logprobs or ch.finish_reason or says_first or (self.return_token_ids and ch.token_ids):
+                usage = None
+                if self.continuous_usage:
+                    usage = self.usage(len(self.prompt_ids[prompt_index]), self.generated[index])
+                chunk = self.chunk([self._choice(index, ch, delta=True, first=first)], usage)
+                self.started.add(index)
+                out.append(sse(chunk))
         return out
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> dict:
@@ -117,9 +138,12 @@ class Formatter:
 
     def whole(self, finished: dict, usage: dict) -> dict:
         """``finished``: choice index -> the merged Choice (all its text, token ids and logprobs)."""
-        choices = [self._choice(i, finished[i], delta=False) for i in sorted(finished)]
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": choices, "usage": usage}
+        choices = [self._choice(i, finished[i], delta=False, first=True) for i in sorted(finished)]
+        out = {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+               "created": self.created, "model": self.model, "choices": choices, "usage": usage}
+        if self.chat and self.return_token_ids:
+            out["prompt_token_ids"] = list(self.prompt_ids[0])
+        return out
 
 
 def merge(acc: dict, prompt_index: int, n: int, update) -> int:

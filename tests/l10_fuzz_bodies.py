@@ -54,9 +54,11 @@ VALID = {"prompt": st.one_of(text, ids, st.lists(text, max_size=3), st.lists(ids
          "top_logprobs": st.integers(0, 20), "presence_penalty": st.floats(-2, 2),
          "frequency_penalty": st.floats(-2, 2), "repetition_penalty": st.floats(1e-3, 3),
          "stop": st.one_of(text, st.lists(text, max_size=3)), "stop_token_ids": ids,
-         "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()}), "user": text,
+         "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()},
+                                                 optional={"continuous_usage_stats": st.booleans()}), "user": text,
          "response_format": st.just({"type": "text"}), "tool_choice": st.just("none"), "tools": st.just([]),
-         "echo": st.just(False), "suffix": st.none(), "logit_bias": st.just({})}
+         "suffix": st.none(), "logit_bias": st.just({}), "bad_words": st.just([]), "allowed_token_ids": ids,
+         "truncate_prompt_tokens": st.integers(-1, 8), "prompt_logprobs": st.integers(0, 3)}
 
 
 def field_value(name: str):

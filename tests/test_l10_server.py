@@ -189,7 +189,7 @@ BAD = [  # (endpoint, body, status, the param the error names)
     ("completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
     ("completions", {"prompt": "x", "n": 0}, 400, "n"),
     ("completions", {"prompt": "x", "logprobs": 21}, 400, "logprobs"),
-    ("completions", {"prompt": "x", "echo": True}, 400, "echo"),
+    ("completions", {"prompt": "x", "echo": True, "logprobs": 1}, 400, "echo"),     # needs the prompt's logprobs
     ("completions", {"prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias"),
     ("completions", {"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
     ("completions", {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
