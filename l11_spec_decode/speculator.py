@@ -10,8 +10,8 @@
                scheduler                    keeps the K/V of the tokens kept, refuses the rest
 
 Verification. Position j of a request is scored as if guesses 1..j were already its outputs (a
-stage 4 ``RowState`` whose output ids include them), so penalties, min_tokens and seeds see what
-they would see without speculation.
+stage 4 ``RowState`` whose output ids include them), so processors (bad words), penalties,
+min_tokens and seeds see what they would see without speculation.
 
     greedy rows     stage 4's Sampler on every position gives the target's token t_j; keep guesses
                     while guess j+1 == t_j, then emit t_j at the first mismatch (or after the last
@@ -42,6 +42,7 @@ import itertools
 
 import torch
 
+from l4_sampler.processors import apply_processors
 from l4_sampler.sampler import (RowState, Sampled, apply_min_p, apply_min_tokens, apply_penalties,
                                 apply_temperature, apply_top_k_top_p, noise_seed)
 
@@ -94,7 +95,7 @@ class Speculator:
             raise RuntimeError(f"the runner returned {logits.shape[0]} logits rows for {sum(counts)} verified positions: "
                                "it must score the last known token and every draft (lesson 11)")
         rows = [req.row if j == 0 else RowState(req.params, req.prompt_ids, req.output_ids + d[:j],
-                                                req.row.eos_token_ids)
+                                                req.row.eos_token_ids, req.row.bad_words_ids)
                 for req, d in zip(reqs, drafts) for j in range(len(d) + 1)]
         so = sampler(logits, rows, argmax)                       # stage 4 at every position
         ids, starts = so.token_ids_list, [0, *itertools.accumulate(counts)][:-1]
@@ -125,7 +126,7 @@ class Speculator:
         src = [starts[i] + j for i, n in zip(sampled, ns) for j in range(n)]       # logits rows
         dst = [r * (k + 1) + j for r, n in enumerate(ns) for j in range(n)]        # (request, position)
         sub = [rows[w] for w in src]
-        z = apply_penalties(apply_min_tokens(logits[src].to(torch.float32), sub), sub)
+        z = apply_penalties(apply_min_tokens(apply_processors(logits[src].to(torch.float32), sub), sub), sub)
         p = torch.zeros(R * (k + 1), V, device=dev)
         p[torch.tensor(dst, device=dev)] = apply_top_k_top_p(apply_min_p(apply_temperature(z, sub), sub), sub).softmax(-1)
         guesses = torch.zeros(R, k, dtype=torch.int64)

@@ -3,7 +3,8 @@
 This torch reference is the spec. Every step works on a float32 copy of the logits; B rows, V vocab.
 
     raw logprobs     log_softmax(logits), before anything else (vLLM v1 default 'raw_logprobs')
-    0. min_tokens    while len(output) < min_tokens: EOS (unless ignore_eos) and stop ids -> -inf
+    0. processors    allowed_token_ids, bad_words, logit_bias (processors.py), for rows that have them
+       min_tokens    while len(output) < min_tokens: EOS (unless ignore_eos) and stop ids -> -inf
     1. penalties     repetition (prompt + output tokens), then frequency and presence (output only)
     2. greedy        greedy rows (temperature < 1e-5, or top_k == 1) take argmax here and are done
     3. temperature   z / T
@@ -11,8 +12,8 @@ This torch reference is the spec. Every step works on a float32 copy of the logi
     5. top-k, top-p  one stable descending sort: keep ranks < k, then the nucleus of what is left
     6. sample        probs = softmax(z); token = argmax(probs / q), q ~ Exp(1)  ("exponential race")
 
-All greedy. When every row is *plain* greedy (temperature ~0 or top_k 1, no penalties, no
-min_tokens, no logprobs), steps 0-1 change nothing and step 2 is the whole answer: the sampler
+All greedy. When every row is *plain* greedy (temperature ~0 or top_k 1, no processors, no
+penalties, no min_tokens, no logprobs), steps 0-1 change nothing and step 2 is the whole answer: the sampler
 takes ``logits.argmax(-1)`` and skips the rest, including its per-row checks. The ids are the
 ones the full pipeline gives (the same argmax of the same float32 values); a batch with one
 other row takes the full pipeline. (vLLM's Sampler has the same ``all_greedy`` branch.)
@@ -44,6 +45,8 @@ from plumbing.errors import UserError
 from plumbing.exercise import learner_can_replace
 
 from .params import SamplingParams
+from .logprobs import TokenLogprobs, logprob_tensors, token_logprobs
+from .processors import apply_processors
 
 NEG_INF = float("-inf")
 MASK64 = (1 << 64) - 1
@@ -56,25 +59,19 @@ class RowState:
     prompt_ids: list[int]
     output_ids: list[int]          # tokens sampled so far (not the one being sampled now)
     eos_token_ids: tuple[int, ...] = ()   # the model's EOS ids (Qwen3: <|im_end|>, <|endoftext|>)
+    bad_words_ids: list = ()       # params.bad_words as token sequences (processors.bad_words_ids)
 
     def __post_init__(self):
         # Greedy with nothing that reads the history or the raw logprobs: every step of the
         # pipeline before the argmax is a no-op for this row, whatever it has sampled so far.
         p = self.params
-        self.plain_greedy = p.greedy and not p.has_penalties and p.min_tokens == 0 and p.logprobs is None
+        self.plain_greedy = (p.greedy and not p.has_penalties and p.min_tokens == 0 and p.logprobs is None
+                             and not p.has_processors)
 
     @property
     def position(self) -> int:
         """Absolute position of the token being sampled now (0-based)."""
         return len(self.prompt_ids) + len(self.output_ids)
-
-
-@dataclass
-class TokenLogprobs:
-    token_id: int                  # the sampled token
-    logprob: float                 # its raw logprob
-    top: list[tuple[int, float]]   # the `params.logprobs` most likely (id, raw logprob), best first
-    rank: int                      # the sampled token's rank among all V (1 = the most likely)
 
 
 @dataclass
@@ -198,9 +195,12 @@ def _check(logits: torch.Tensor, rows: list[RowState]) -> tuple[int, int]:
     if len(rows) != B:
         raise UserError(f"need one RowState per logits row: rows has {len(rows)}, logits has {B}")
     for i, r in enumerate(rows):
-        bad = [t for t in (*r.eos_token_ids, *r.params.stop_token_ids) if not 0 <= t < V]
+        p = r.params
+        bad = [t for t in (*r.eos_token_ids, *p.stop_token_ids, *(p.logit_bias or ()), *(p.allowed_token_ids or ()),
+                           *[t for w in r.bad_words_ids for t in w]) if not 0 <= t < V]
         if bad:
-            raise UserError(f"row {i}: eos/stop token ids must be in [0, V={V}), got {bad}")
+            raise UserError(f"row {i}: token ids (eos, stop, logit_bias, allowed, bad words) must be in [0, V={V}), "
+                            f"got {bad}")
     return B, V
 
 
@@ -235,7 +235,7 @@ class Sampler:
         z = logits.to(torch.float32, copy=True)          # [B, V]; read + write BV
         want_lp = any(r.params.logprobs is not None for r in rows)
         raw = z.log_softmax(-1) if want_lp else None     # [B, V] raw logprobs
-        z = apply_penalties(apply_min_tokens(z, rows), rows)
+        z = apply_penalties(apply_min_tokens(apply_processors(z, rows), rows), rows)
         ids = z.argmax(-1)                               # [B] greedy answer, every row
         greedy = [r.params.greedy for r in rows]
         if not all(greedy):
@@ -263,7 +263,7 @@ class Sampled:
 
     def __init__(self, ids: torch.Tensor, raw: torch.Tensor | None, rows: list[RowState]):
         self.ids, self.rows, self.done = ids, rows, None
-        parts = [ids] + (_logprob_tensors(raw, ids, rows) if raw is not None else [])
+        parts = [ids] + (logprob_tensors(raw, ids, rows) if raw is not None else [])
         if ids.device.type == "cuda":            # copies that do not make the host wait
             parts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in parts]
             self.done = torch.cuda.Event()
@@ -276,24 +276,5 @@ class Sampled:
         if self.done is not None:
             self.done.synchronize()
         ids_list = self.host[0].tolist()
-        lps = _logprobs(ids_list, self.rows, *[t.tolist() for t in self.host[1:]]) if len(self.host) > 1 else None
+        lps = token_logprobs(ids_list, self.rows, *[t.tolist() for t in self.host[1:]]) if len(self.host) > 1 else None
         return SamplerOutput(self.ids, ids_list, lps)
-
-
-def _logprob_tensors(raw: torch.Tensor, ids: torch.Tensor, rows: list[RowState]) -> list[torch.Tensor]:
-    n = min(max(r.params.logprobs or 0 for r in rows), raw.shape[1])
-    top_lp, top_ids = raw.topk(n, dim=-1)                 # [B, n] each
-    chosen = raw.gather(1, ids[:, None])[:, 0]            # [B]
-    rank = (raw > chosen[:, None]).sum(-1) + 1            # [B]: vLLM's rank, 1-based
-    return [top_lp, top_ids, chosen, rank]
-
-
-def _logprobs(ids_list: list[int], rows: list[RowState], top_lp, top_ids, chosen, rank) -> list:
-    out: list[TokenLogprobs | None] = []
-    for i, r in enumerate(rows):
-        if r.params.logprobs is None:
-            out.append(None)
-            continue
-        m = r.params.logprobs
-        out.append(TokenLogprobs(ids_list[i], chosen[i], list(zip(top_ids[i][:m], top_lp[i][:m])), rank[i]))
-    return out

@@ -67,7 +67,13 @@ class StopChecker:
         self.finish: Finish | None = None
         # The pre-check (module docstring): only these tokens, or this many, can end the request.
         self.stop_ids = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else frozenset(eos_token_ids))
-        limit = params.max_tokens if max_model_len is None else min(params.max_tokens, max_model_len - prompt_len)
+        self.max_tokens = params.max_tokens                            # None: the room the context leaves
+        if self.max_tokens is None:
+            if max_model_len is None:
+                raise UserError("SamplingParams.max_tokens=None means the room max_model_len leaves, and there is no "
+                                "max_model_len here: give max_tokens a number.")
+            self.max_tokens = max_model_len - prompt_len
+        limit = self.max_tokens if max_model_len is None else min(self.max_tokens, max_model_len - prompt_len)
         self.max_len = prompt_len + limit                              # prompt + output: ends by length
         self.stop_len = 0 if params.stop else self.max_len
 
@@ -93,8 +99,8 @@ class StopChecker:
                 at, s = hit                     # drop anything after the stop string, and the string
                 self.text = self.text[:at + len(s) if p.include_stop_str_in_output else at]   # unless asked
                 return Finish("stop", s, f"stop string {s!r}")
-        if n >= p.max_tokens:
-            return Finish("length", None, f"max_tokens={p.max_tokens} reached")
+        if n >= self.max_tokens:
+            return Finish("length", None, f"max_tokens={self.max_tokens} reached")
         if self.max_model_len is not None and self.prompt_len + n >= self.max_model_len:
             return Finish("length", None, f"context full (max_model_len={self.max_model_len})")
         return None

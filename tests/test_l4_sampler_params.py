@@ -33,7 +33,15 @@ BAD = [  # (field, value, words of the valid range that the message must contain
     ("stop_token_ids", 5, "ints >= 0"), ("stop_token_ids", [True], "ints >= 0"),
     ("stop", [1], "non-empty string"), ("stop", [""], "non-empty string"),
     ("stop", "", "non-empty string"), ("stop", 5, "non-empty string"),
-    ("ignore_eos", 1, "bool"), ("logprobs", -1, ">= 0"), ("logprobs", 1.5, ">= 0"),
+    ("ignore_eos", 1, "bool"), ("logprobs", -2, "-1 (the whole vocabulary)"), ("logprobs", 1.5, ">= 0"),
+    ("prompt_logprobs", -2, "-1 (the whole vocabulary)"), ("prompt_logprobs", "1", ">= 0"),
+    ("logit_bias", {"a": 1.0}, "token id"), ("logit_bias", {-1: 1.0}, "token id"), ("logit_bias", [1], "dict"),
+    ("logit_bias", {1: float("nan")}, "finite"), ("allowed_token_ids", [], "non-empty list"),
+    ("allowed_token_ids", [-1], "non-empty list"), ("allowed_token_ids", 5, "non-empty list"),
+    ("bad_words", [""], "non-empty strings"), ("bad_words", ["  "], "non-empty strings"), ("bad_words", "x", "list"),
+    ("detokenize", 0, "bool"), ("skip_special_tokens", None, "bool"), ("spaces_between_special_tokens", 1, "bool"),
+    ("truncate_prompt_tokens", 0, "-1 (max_model_len) or an int >= 1"), ("truncate_prompt_tokens", -2, ">= 1"),
+    ("truncate_prompt_tokens", 1.0, ">= 1"),
 ]
 
 
@@ -48,9 +56,17 @@ def test_invalid_param_rejected_naming_field_range_value(field, value, valid):
 def test_edge_values_accepted_and_stop_normalised():
     for kw in [dict(temperature=0), dict(top_k=-1), dict(top_k=0), dict(top_k=1), dict(top_p=1),
                dict(min_p=0), dict(min_p=1), dict(presence_penalty=-2), dict(frequency_penalty=2),
-               dict(min_tokens=16), dict(seed=-5), dict(logprobs=0), dict(max_tokens=1)]:
+               dict(min_tokens=16), dict(seed=-5), dict(logprobs=0), dict(max_tokens=1), dict(logprobs=-1),
+               dict(prompt_logprobs=-1), dict(prompt_logprobs=0), dict(max_tokens=None, min_tokens=40),
+               dict(truncate_prompt_tokens=-1), dict(truncate_prompt_tokens=3), dict(detokenize=False),
+               dict(skip_special_tokens=False, spaces_between_special_tokens=False)]:
         SamplingParams(**kw)
     assert SamplingParams(stop="\n\n").stop == ["\n\n"]
+    assert SamplingParams(stop=None).stop == [] and SamplingParams(stop_token_ids=None).stop_token_ids == []
+    assert SamplingParams(bad_words=None).bad_words == [] and SamplingParams(bad_words=["a", "a"]).bad_words == ["a"]
+    assert SamplingParams(logit_bias={"7": 2}).logit_bias == {7: 2.0}         # JSON's keys are strings
+    with pytest.raises(UserError, match=r"SamplingParams\.stop .*detokenize=False.*detokenize=True"):
+        SamplingParams(stop=["x"], detokenize=False)
 
 
 def test_bad_sampler_input_rejected():
