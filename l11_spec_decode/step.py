@@ -24,6 +24,7 @@ import dataclasses
 
 from l2_gather.allocator import OutOfBlocks
 from l5_scheduler.outputs import ModelRunnerOutput
+from l5_scheduler.step import take_prompt_logprobs
 
 
 class Drafted:
@@ -61,6 +62,7 @@ class SpeculativeStep:
         drafts = self.join(out, sched)
         ran = self.execute(engine, out, any(drafts))
         engine.last_meta = ran.meta
+        take_prompt_logprobs(out, ran)
         running, waiting = len(sched.running), len(sched.waiting)   # before anyone finishes
         idx = [i for i, s in enumerate(out.sample) if s]
         sampling = [reqs[i] for i in idx]

@@ -31,12 +31,14 @@ class PagedMeta:
     block_size: int
     max_seqlen_q: int             # host int: sizes the kernel grid without a device sync
     logits_indices: torch.Tensor  # [S'] int64  last new token of each sequence that samples (S' <= S)
+                                  #             (or its last k tokens, where ``sample`` gives k)
 
 
 def build_meta(batch, block_size: int, device, sample: list[bool] | None = None) -> PagedMeta:
     """``batch``: list of (Request, q_len). Each request already holds blocks for ``cur_len + q_len``
     tokens (``allocator.reserve``), and ``cur_len`` tokens of it are cached. ``sample`` says which
-    sequences need next-token logits (default: all; a mid-prefill chunk needs none).
+    sequences need next-token logits (default: all; a mid-prefill chunk needs none); an int k asks
+    for the logits of the sequence's last k new tokens (a prompt's own logprobs).
 
     Everything is assembled in Python lists (the scheduler's host-side view of the requests) and
     copied to the device once per tensor.
@@ -61,5 +63,6 @@ def build_meta(batch, block_size: int, device, sample: list[bool] | None = None)
         block_table=torch.tensor(table, **i32),
         block_size=block_size,
         max_seqlen_q=max(q for _, q in batch),
-        logits_indices=torch.tensor([c - 1 for s, c in enumerate(cu[1:]) if sample is None or sample[s]], **i64),
+        logits_indices=torch.tensor([i for s, c in enumerate(cu[1:]) for i in range(c - (1 if sample is None else
+                                                                                          int(sample[s])), c)], **i64),
     )

@@ -33,14 +33,16 @@ away, an interrupted ``generate``). A long-lived engine then holds nothing for t
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from l4_sampler.params import SamplingParams
+from l4_sampler.processors import bad_words_ids
 from l4_sampler.sampler import RowState
 from l4_sampler.stops import StopChecker
 from plumbing.errors import UserError
 
 from .config import EngineConfig
-from .outputs import RequestOutput, StepOutput, StepStats, completion, step_stats
+from .outputs import RequestOutput, StepOutput, StepStats, completion, prompt_logprobs, request_metrics, step_stats
 from .request import Request, RequestStatus, prompt_token_ids
 from .step import PlainStep
 
@@ -63,6 +65,16 @@ class LLMEngine:
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def decoder(self, params: SamplingParams):
+        """A request's ``decode(ids) -> str`` (its skip_special_tokens, spaces_between_special_tokens; fast
+        tokenizers ignore the second), or None: no tokenizer, or detokenize=False."""
+        if self.tokenizer is None or not params.detokenize:
+            return None
+        skip, spaces = params.skip_special_tokens, params.spaces_between_special_tokens
+        if skip and spaces:
+            return self._decode
+        return lambda ids: self.tokenizer.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
+
     def prompt_ids(self, prompt) -> list[int]:
         """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""
         return prompt_token_ids(prompt, self.tokenizer, self.model.cfg.vocab_size)
@@ -75,11 +87,21 @@ class LLMEngine:
                             "build one with SamplingParams(temperature=..., max_tokens=...).")
         ids = self.prompt_ids(prompt)
         V, cfg = self.model.cfg.vocab_size, self.config
-        bad = [t for t in params.stop_token_ids if t >= V]
-        if bad:
-            raise UserError(f"stop_token_ids {bad} are outside the vocabulary [0, {V}).")
-        if params.stop and self.tokenizer is None:
-            raise UserError("stop strings need a tokenizer to decode text, and this checkpoint has none: use stop_token_ids.")
+        if params.truncate_prompt_tokens is not None:       # the last k (vLLM: -1 is max_model_len)
+            k = params.truncate_prompt_tokens
+            ids = ids[-(cfg.max_model_len if k == -1 else k):]
+        for name, tids in (("stop_token_ids", params.stop_token_ids), ("logit_bias", params.logit_bias or ()),
+                           ("allowed_token_ids", params.allowed_token_ids or ())):
+            bad = [t for t in tids if t >= V]
+            if bad:
+                raise UserError(f"SamplingParams.{name} has token ids {bad[:5]} outside the vocabulary [0, {V}): use "
+                                "ids from this model's tokenizer.")
+        if (params.stop or params.bad_words) and self.tokenizer is None:
+            name = "stop" if params.stop else "bad_words"
+            raise UserError(f"SamplingParams.{name} needs a tokenizer for its text, and this checkpoint has none: use "
+                            "token ids (stop_token_ids, allowed_token_ids, logit_bias).")
+        if params.max_tokens is None:                        # vLLM: the room the context leaves
+            params = dataclasses.replace(params, max_tokens=max(1, min(cfg.max_model_len, cfg.capacity) - len(ids)))
         need = len(ids) + params.max_tokens
         limits = [(cfg.capacity, 0, f"the KV pool ({cfg.num_blocks} blocks x {cfg.block_size} tokens)",
                    "raise num_gpu_blocks_override"),
@@ -91,11 +113,23 @@ class LLMEngine:
                                 f"or {fix}.")
         rid = self._new_id(request_id)
         req = Request(rid, ids, params, arrival=self._counter)
+        if params.prompt_logprobs is not None:
+            req.prompt_logprobs = []                         # filled as its prompt is computed (step.py)
         self._counter += 1                                   # arrival order = order of creation
-        eos = self.model.cfg.eos_token_ids
-        req.row = RowState(params, req.prompt_ids, req.output_ids, tuple(eos))   # shares output_ids
-        req.stops = StopChecker(params, len(ids), cfg.max_model_len, eos, self._decode if params.stop else None)
+        eos, words = self.model.cfg.eos_token_ids, self.bad_words_ids(params)
+        req.row = RowState(params, req.prompt_ids, req.output_ids, tuple(eos), words)   # shares output_ids
+        req.stops = StopChecker(params, len(ids), cfg.max_model_len, eos, self.decoder(params) if params.stop else None)
         return req
+
+    def bad_words_ids(self, params: SamplingParams) -> list[list[int]]:
+        """params.bad_words as token sequences (l4_sampler/processors.py), each checked."""
+        if not params.bad_words:
+            return []
+        enc = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]   # noqa: E731
+        for w in params.bad_words:
+            if not enc(w.lstrip()):
+                raise UserError(f"SamplingParams.bad_words: {w!r} tokenizes to no token: remove it.")
+        return bad_words_ids(params.bad_words, enc)
 
     def _new_id(self, request_id: str | None) -> str:
         rid = request_id if request_id is not None else f"r{self._counter}"
@@ -115,6 +149,7 @@ class LLMEngine:
                                        f"{k}_{rid}") for k in range(params.n)]
 
     def add(self, req: Request) -> str:
+        req.arrival_time = time.monotonic()
         self.scheduler.add(req)
         self.requests[req.request_id] = req
         return req.request_id
@@ -167,8 +202,9 @@ class LLMEngine:
         if sids[0] not in self.requests:
             raise UserError(f"no request {request_id!r} in this engine (released, aborted, or never added).")
         reqs = [self.requests[sid] for sid in sids]
-        comps = [completion(k, req, self._decode if self.tokenizer is not None else None) for k, req in enumerate(reqs)]
+        comps = [completion(k, req, self.decoder(req.params)) for k, req in enumerate(reqs)]
         done = all(req.status == RequestStatus.FINISHED for req in reqs)
         prompt = self._decode(reqs[0].prompt_ids) if self.tokenizer is not None else None
-        return RequestOutput(request_id, prompt, list(reqs[0].prompt_ids), comps, done,
-                             sum(req.num_preemptions for req in reqs))
+        return RequestOutput(request_id, prompt, list(reqs[0].prompt_ids), prompt_logprobs(reqs[0], self.decoder(
+            reqs[0].params)), comps, done, metrics=request_metrics(reqs), num_cached_tokens=reqs[0].num_cached_tokens,
+            num_preemptions=sum(req.num_preemptions for req in reqs))

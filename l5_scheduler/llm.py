@@ -8,7 +8,7 @@
 
 ``generate`` returns one ``RequestOutput`` per prompt, in input order, whatever order they
 finished in. The lower level is ``llm.llm_engine``: ``add_request`` / ``step`` /
-``has_unfinished_requests``.
+``has_unfinished_requests``. ``reset_prefix_cache()`` and ``get_metrics()`` are vLLM's too (below).
 
 ``LLM(model, **options)`` checks every option against its declaration (options.py, and each later
 stage's own) before anything loads, loads the checkpoint, sizes the engine (config.py), then
@@ -28,7 +28,7 @@ from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
 from . import assemble
 from .config import make_config
 from .engine import LLMEngine
-from .outputs import RequestOutput
+from .outputs import Metric, RequestOutput, engine_metrics
 from .request import check_encodable
 
 SIZES = ("block_size", "num_gpu_blocks_override", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
@@ -82,13 +82,35 @@ class LLM:
         """The checkpoint's Hugging Face tokenizer (None for a checkpoint without one)."""
         return self.tokenizer
 
-    def chat(self, messages, sampling_params=None, use_tqdm: bool = True, add_generation_prompt: bool = True,
+    def chat(self, messages, sampling_params=None, use_tqdm: bool = True, chat_template: str | None = None,
+             add_generation_prompt: bool = True, continue_final_message: bool = False,
              chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
         """``generate`` on conversations (``[{"role": "user", "content": "..."}, ...]``, or a list of
-        them) rendered by the tokenizer's chat template, as vLLM's ``LLM.chat``."""
+        them) rendered by a chat template, as vLLM's ``LLM.chat``: ``chat_template`` (a Jinja string)
+        instead of the tokenizer's; ``continue_final_message``: the prompt ends inside the last message
+        (an assistant's reply to continue), so it excludes ``add_generation_prompt``."""
+        if continue_final_message and add_generation_prompt:
+            raise UserError("continue_final_message=True continues the last message, add_generation_prompt=True "
+                            "starts a new one: pass add_generation_prompt=False with it.")
+        kw = dict(chat_template_kwargs or {}, continue_final_message=continue_final_message)
+        if chat_template is not None:
+            kw["chat_template"] = chat_template
         convs = [messages] if not messages or isinstance(messages[0], dict) else list(messages)   # [] is refused
-        return self.generate([render_chat(self.tokenizer, c, add_generation_prompt, chat_template_kwargs)
-                              for c in convs], sampling_params, use_tqdm)
+        return self.generate([render_chat(self.tokenizer, c, add_generation_prompt, kw) for c in convs],
+                             sampling_params, use_tqdm)
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's: the KV manager forgets which blocks hold which tokens. True when done, False (nothing
+        changed) while a request holds blocks; a KV manager that remembers nothing: True."""
+        if self.llm_engine.has_unfinished_requests():
+            return False
+        pool = getattr(self.llm_engine.scheduler.kv, "pool", None)
+        return pool.reset_prefix_cache() if pool is not None else True
+
+    def get_metrics(self) -> list[Metric]:
+        """The engine's counters and gauges now (vLLM returns its Prometheus metrics): a list of
+        ``Metric(name, kind, value, help)``, one line each when printed (outputs.engine_metrics)."""
+        return engine_metrics(self.llm_engine)
 
 
 def entry_points(stages):
@@ -112,7 +134,7 @@ def entry_points(stages):
 
 def render_chat(tokenizer, conversation, add_generation_prompt: bool = True, kwargs: dict | None = None) -> str:
     """One conversation as the prompt text its model was trained on (the tokenizer's chat template)."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    if tokenizer is None or not (getattr(tokenizer, "chat_template", None) or (kwargs or {}).get("chat_template")):
         raise UserError("this checkpoint's tokenizer has no chat template, so messages cannot be rendered: "
                         "use generate() with a text prompt, or a checkpoint whose tokenizer_config.json has one.")
     if not isinstance(conversation, list) or not conversation or not all(

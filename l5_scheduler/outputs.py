@@ -23,15 +23,66 @@ class CompletionOutput:
     logprobs: list[dict[int, Logprob]] | None = None   # per token: the sampled one first, then the top ones
     cumulative_logprob: float | None = None            # sum of the sampled tokens' logprobs (when asked for)
 
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestMetrics:
+    """vLLM's per-request times, in seconds of ``time.monotonic()`` (differences are meaningful, the
+    values themselves are not dates); None for what has not happened yet."""
+    arrival_time: float                    # added to the engine
+    first_scheduled_time: float | None     # first admitted by the scheduler
+    first_token_time: float | None         # its first output token joined it
+    last_token_time: float | None          # its latest output token joined it
+    finished_time: float | None            # a stop condition (or an abort) ended it
+    time_in_queue: float | None            # first_scheduled_time - arrival_time
+
+
+def request_metrics(reqs) -> RequestMetrics:
+    """The times of a request's sequences (n > 1: the earliest start, the latest end)."""
+    def pick(f, name):
+        got = [getattr(r, name) for r in reqs if getattr(r, name) is not None]
+        return f(got) if got and (name != "finished_time" or len(got) == len(reqs)) else None
+    arrival, first = pick(min, "arrival_time"), pick(min, "first_scheduled_time")
+    return RequestMetrics(arrival, first, pick(min, "first_token_time"), pick(max, "last_token_time"),
+                          pick(max, "finished_time"), None if first is None else first - arrival)
+
 
 @dataclass
 class RequestOutput:
     request_id: str
     prompt: str | None
     prompt_token_ids: list[int]
+    prompt_logprobs: list[dict[int, Logprob] | None] | None   # None for the first token, then one dict a token
     outputs: list[CompletionOutput]
     finished: bool
+    metrics: RequestMetrics | None = None
+    num_cached_tokens: int | None = None  # prompt tokens found computed at its first admission (a KV manager's hit)
     num_preemptions: int = 0      # how often it was preempted and recomputed (not in vLLM's type)
+
+
+@dataclass
+class Metric:
+    """One of ``LLM.get_metrics()``: vLLM's metric name, "counter" (since start) or "gauge" (now)."""
+    name: str
+    kind: str
+    value: float
+    help: str
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.value:g}  ({self.kind}: {self.help})"
+
+
+def engine_metrics(engine) -> list[Metric]:
+    """What the engine counts now, with vLLM's names (its /metrics has more: histograms of times)."""
+    sched, kv = engine.scheduler, engine.scheduler.kv
+    out = [Metric("vllm:num_requests_running", "gauge", len(sched.running), "requests admitted, not finished"),
+           Metric("vllm:num_requests_waiting", "gauge", len(sched.waiting), "requests in the queue"),
+           Metric("vllm:kv_cache_usage_perc", "gauge", 1 - kv.num_free / kv.num_blocks, "share of KV blocks held"),
+           Metric("vllm:num_preemptions", "counter", sched.num_preemptions, "preemptions since start")]
+    stats = getattr(kv, "stats", None)                    # a KV manager that counts its own (name, kind, value, help)
+    return out + [Metric(*m) for m in (stats.metrics() if hasattr(stats, "metrics") else ())]
 
 
 @dataclass(slots=True)
@@ -107,8 +158,10 @@ def step_stats(engine, out, running: int, waiting: int, sampled: int, finished: 
 
 
 def completion(index: int, req, decode) -> CompletionOutput:
-    """A request's CompletionOutput; ``decode(ids) -> str``, or None without a tokenizer."""
-    if decode is None:
+    """A request's CompletionOutput; ``decode(ids) -> str``, or None (no tokenizer, or detokenize=False)."""
+    if not req.params.detokenize:
+        text = ""                                        # vLLM: no text when asked for none
+    elif decode is None:
         text = None
     elif req.params.stop:
         text = req.stops.text                            # decoded every step, cut at the stop string
@@ -127,3 +180,11 @@ def logprob_dict(lp, decode) -> dict[int, Logprob]:
     for r, (tid, v) in enumerate(lp.top, 1):
         d.setdefault(tid, Logprob(v, r, text(tid)))
     return d
+
+
+def prompt_logprobs(req, decode) -> list | None:
+    """vLLM's ``RequestOutput.prompt_logprobs``: None for the first prompt token (nothing predicts it),
+    then per prompt token a dict with that token first (its rank), then the top ones."""
+    if req.params.prompt_logprobs is None:
+        return None
+    return [None] + [logprob_dict(lp, decode) for lp in req.prompt_logprobs or ()]

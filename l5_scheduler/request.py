@@ -55,6 +55,15 @@ class Request:
     logprobs: list = field(default_factory=list)    # l4_sampler.TokenLogprobs per token, when asked for
     cumulative_logprob: float = 0.0
     logits: list = field(default_factory=list)   # [V] per sampled token, only when the engine keeps them
+    prompt_logprobs: list | None = None  # prompt_logprobs asked: None, then one dict per prompt token computed
+    num_cached_tokens: int | None = None   # tokens found computed at its first admission (the KV manager's hit)
+    # Times (time.monotonic(); outputs.RequestMetrics): the engine sets arrival_time when the request is
+    # added, the scheduler the rest, once per event (the token times once per step that gave it tokens).
+    arrival_time: float | None = None
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finished_time: float | None = None
 
     def __post_init__(self):
         if self.kv is None:
@@ -74,6 +83,19 @@ class Request:
     @property
     def blocks(self) -> list[int]:
         return self.kv.blocks
+
+    @property
+    def prompt_logits_owed(self) -> bool:
+        """A request still owed prompt logprobs computes its prompt: a KV manager that could find some of
+        it computed already must not read it."""
+        return self.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_ids) - 1
+
+    def prompt_logits_rows(self, start: int, n: int) -> int:
+        """prompt_logprobs: how many positions of the chunk ``start .. start+n-1`` still need their
+        logits (position p's score prompt token p + 1): the chunk's last ones before a sampling row."""
+        if self.prompt_logprobs is None:
+            return 0
+        return max(0, min(start + n, len(self.prompt_ids) - 1) - max(start, len(self.prompt_logprobs)))
 
     def tokens(self, start: int, n: int) -> list[int]:
         """Token ids at positions ``start .. start+n-1`` of prompt + output, without concatenating

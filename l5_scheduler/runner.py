@@ -27,6 +27,27 @@ class RunnerOutput(NamedTuple):
     meta: object                          # the step's metadata (--trace-meta, tests)
     argmax: torch.Tensor | None = None    # [S'] each row's argmax, if the runner computed it with the
                                           # forward (no extra launch for an all-greedy batch)
+    prompt_logits: torch.Tensor | None = None   # [E, V]: rows for prompt_logprobs (out.prompt_rows), in order
+
+
+def logits_rows(out) -> list:
+    """Per scheduled request, how many of its last tokens need logits: its sampling rows, and before
+    them the prompt rows that prompt_logprobs asks for (``out.prompt_rows``)."""
+    return out.sample if out.prompt_rows is None else [int(s) + e for s, e in zip(out.sample, out.prompt_rows)]
+
+
+def split_prompt_rows(ran: RunnerOutput, out) -> RunnerOutput:
+    """A forward pass that computed prompt rows (``logits_rows``): the sampling rows as ``logits``,
+    the prompt rows apart, so whatever samples sees only its own rows."""
+    if out.prompt_rows is None:
+        return ran
+    keep, prompt, r = [], [], 0
+    for s, e in zip(out.sample, out.prompt_rows):
+        prompt += range(r, r + e)
+        keep += range(r + e, r + e + int(s))
+        r += e + int(s)
+    idx = lambda rows: torch.tensor(rows, dtype=torch.int64, device=ran.logits.device)   # noqa: E731
+    return RunnerOutput(ran.logits[idx(keep)], ran.meta, None, ran.logits[idx(prompt)])
 
 
 class ModelRunner:
@@ -43,11 +64,11 @@ class ModelRunner:
         ids = []
         for req, n in out.scheduled:
             ids += req.tokens(req.num_computed_tokens, n)
-        meta = build_meta([(req.kv, n) for req, n in out.scheduled], self.block_size, self.device, out.sample)
+        meta = build_meta([(req.kv, n) for req, n in out.scheduled], self.block_size, self.device, logits_rows(out))
         return torch.tensor(ids, device=self.device), meta      # [T] int64, T = out.num_tokens
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
         """One forward pass: logits [S', V] float32 (S' = rows that sample) and the metadata.
         Nothing is kept between steps, so the output's finished and new-block lists need no reply."""
         input_ids, meta = self.inputs(out)
-        return RunnerOutput(self.model(input_ids, self.cache, meta, ops=self.ops), meta)
+        return split_prompt_rows(RunnerOutput(self.model(input_ids, self.cache, meta, ops=self.ops), meta), out)

@@ -26,6 +26,7 @@ preempted by a younger one: it always progresses, and every request finishes.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -66,6 +67,8 @@ class SchedulerOutput:
     admitted: list[Request] = field(default_factory=list)
     finished_ids: list[str] = field(default_factory=list)   # finished since the last step (vLLM: finished_req_ids)
     new_blocks: list = field(default_factory=list)           # block handles that grew (vLLM: new_block_ids)
+    prompt_rows: list[int] | None = None   # per scheduled request: logits rows for prompt_logprobs before its
+                                           # sampling row (request.prompt_logits_rows); None: no request has any
 
 
 class Scheduler:
@@ -75,6 +78,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()     # FCFS; preempted requests go back to the front
         self.running: list[Request] = []           # admission order: the last one is preempted first
         self.finished_ids: list[str] = []          # finished since the last schedule()
+        self.num_preemptions = 0                   # preemptions since start (for people: /metrics)
 
     @property
     def capacity(self) -> int:
@@ -101,6 +105,9 @@ class Scheduler:
         out.num_tokens = self.max_num_batched_tokens - budget
         # Before the forward pass, num_computed_tokens is where each request's tokens start.
         out.prefill = [req.kv.cur_len < req.prefill_len for req, _ in out.scheduled]
+        if any(out.prefill):                               # prompt logprobs: only a prefill step can owe them
+            rows = [req.prompt_logits_rows(req.kv.cur_len, n) for req, n in out.scheduled]
+            out.prompt_rows = rows if any(rows) else None
         out.new_blocks, self.kv.new_blocks = self.kv.new_blocks, []
         return out
 
@@ -132,13 +139,18 @@ class Scheduler:
         return budget
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
-        """Step 2: admit waiting requests, first come first served, while budget, cap and blocks allow."""
+        """Step 2: admit waiting requests, first come first served, while budget, cap and blocks allow.
+        A request's first admission records its time and the tokens the KV manager found computed."""
+        now = None
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             n = self.kv.admit(req, budget)            # the first chunk's blocks only
             if n is None:
                 break                                 # no skipping ahead of the queue
             self.waiting.popleft()
+            if req.first_scheduled_time is None:
+                req.first_scheduled_time = now = now or time.monotonic()
+                req.num_cached_tokens = req.kv.cur_len
             req.status, req.prefill_len = RequestStatus.RUNNING, req.num_tokens
             self.running.append(req)
             out.admitted.append(req)
@@ -158,6 +170,7 @@ class Scheduler:
         req.kv = KVBlocks(req.request_id)                     # num_computed_tokens = 0
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
+        self.num_preemptions += 1
         self.waiting.appendleft(req)                          # first in line to come back
 
     def advance(self, out: SchedulerOutput) -> None:
@@ -170,9 +183,12 @@ class Scheduler:
         count them, keep their logprobs, and run its stop checks; a request that stops frees its
         blocks now, and the tokens after its stop are dropped. Returns the step's outputs and the
         ids that finished."""
-        results, finished = [], []
+        results, finished, now = [], [], time.monotonic()
         for i, req in enumerate(ran.reqs):
             toks, stops, fin = ran.token_ids[i], req.stops, None
+            if req.first_token_time is None:
+                req.first_token_time = now
+            req.last_token_time = now
             lps = ran.logprobs[i] if ran.logprobs is not None else None
             for j, tok in enumerate(toks):
                 req.output_ids.append(tok)                 # Request.append_output, inlined (hot path;
@@ -202,7 +218,7 @@ class Scheduler:
         else:
             return
         self.kv.free(req.kv)
-        req.status, req.finish_reason = RequestStatus.FINISHED, "abort"
+        req.status, req.finish_reason, req.finished_time = RequestStatus.FINISHED, "abort", time.monotonic()
         self.finished_ids.append(req.request_id)
 
     def finish(self, req: Request, finish_reason: str, stop_reason=None) -> None:
@@ -211,4 +227,5 @@ class Scheduler:
         (self.running if req.status == RequestStatus.RUNNING else self.waiting).remove(req)
         self.kv.free(req.kv)
         req.status, req.finish_reason, req.stop_reason = RequestStatus.FINISHED, finish_reason, stop_reason
+        req.finished_time = time.monotonic()
         self.finished_ids.append(req.request_id)

@@ -117,6 +117,16 @@ class BlockPool:
             if b.ref_cnt == 0:
                 self.free_queue.append(b)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block's content (vLLM's ``reset_prefix_cache``), only when no block is held:
+        returns False, changing nothing, while one is."""
+        if any(b.ref_cnt for b in self.blocks):
+            return False
+        for b in self.blocks:
+            b.block_hash = None
+        self.cached.clear()
+        return True
+
     def cache(self, b: KVCacheBlock, block_hash: bytes) -> bool:
         """Name a full, written block by its hash. If another block already holds that hash (two
         requests computed the same prefix in the same step), this one stays anonymous: one block

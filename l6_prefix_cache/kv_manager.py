@@ -42,6 +42,11 @@ class CacheStats:
     readmit_queries: int = 0    # tokens of preempted requests readmitted
     readmit_hits: int = 0
 
+    def metrics(self) -> list[tuple]:
+        """For ``LLM.get_metrics()``: (vLLM's name, kind, value, help)."""
+        return [("vllm:prefix_cache_queries", "counter", self.queries, "prompt tokens looked up"),
+                ("vllm:prefix_cache_hits", "counter", self.hits, "... of which found cached")]
+
     @property
     def hit_rate(self) -> float:
         return self.hits / self.queries if self.queries else 0.0
@@ -75,7 +80,8 @@ class KVCacheManager:
         bs = self.block_size
         if self.pool.enable_caching:
             hashes = self.block_hashes(req, req.num_tokens // bs)  # every full block; the cap is the lookup's
-            hit = longest_cached_prefix(hashes, self.pool.cached, req.num_tokens, bs)
+            hit = [] if req.prompt_logits_owed else longest_cached_prefix(hashes, self.pool.cached,
+                                                                                 req.num_tokens, bs)
         else:
             hit = []
         computed = len(hit) * bs

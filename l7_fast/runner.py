@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from l4_sampler.sampler import to_device
-from l5_scheduler.runner import RunnerOutput
+from l5_scheduler.runner import RunnerOutput, logits_rows, split_prompt_rows
 from plumbing.exercise import learner_can_replace
 
 from .attention_split import _num_sms
@@ -42,13 +42,13 @@ def graph_buckets(max_num_seqs: int) -> list[int]:
 
 def is_uniform_decode(out) -> bool:
     """Every scheduled request computes exactly one token and samples it."""
-    return out.num_tokens == len(out.scheduled) and all(out.sample)
+    return out.num_tokens == len(out.scheduled) and all(out.sample) and out.prompt_rows is None
 
 
 def one_prefill(out) -> int | None:
     """n > 1 if the step is one request computing n prompt tokens and sampling after the last: a
     short prompt alone, or a long one's last chunk. Such a step can replay a prefill graph."""
-    if len(out.scheduled) != 1 or out.sample[0] != 1:           # (one logits row: its last token's)
+    if len(out.scheduled) != 1 or out.sample[0] != 1 or out.prompt_rows:   # (one logits row: its last token's)
         return None
     n = out.scheduled[0][1]
     return n if n > 1 else None
@@ -106,7 +106,7 @@ class FastRunner:
             return self._prepare_decodes(out, pad_to, upd_index, upd_block)
         ids, positions, slots, cu, seq_lens, logits = [], [], [], [0], [], []
         t = 0
-        for (req, n), sample in zip(out.scheduled, out.sample):
+        for (req, n), sample in zip(out.scheduled, logits_rows(out)):
             kv = req.kv
             start = kv.cur_len
             toks = req.tokens(start, n)
@@ -181,7 +181,7 @@ class FastRunner:
         if self.check:
             self.check_step(out, lay, max_q)
         self.mode_log.append("eager")
-        return RunnerOutput(*self.forward(lay, max_q, max_kv, splits))
+        return split_prompt_rows(RunnerOutput(*self.forward(lay, max_q, max_kv, splits)), out)
 
     def check_step(self, out, lay: Layout, max_q: int) -> None:
         """--check (syncs): the layout once per step, and the incremental block table against the

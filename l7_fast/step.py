@@ -29,6 +29,7 @@ import torch
 from l4_sampler.sampler import to_device
 from l5_scheduler.outputs import ModelRunnerOutput
 from l5_scheduler.request import RequestStatus
+from l5_scheduler.step import take_prompt_logprobs
 
 RUNNING, FINISHED = RequestStatus.RUNNING, RequestStatus.FINISHED
 
@@ -51,6 +52,7 @@ class OverlappedStep:
         live = []
         if ran is not None:
             engine.last_meta = ran.meta
+            take_prompt_logprobs(out, ran)
             kept = [(req, n) for req, n in out.scheduled if req.status == RUNNING]   # a stopped one's K/V: dropped
             sched.advance(dataclasses.replace(out, scheduled=kept))   # (the cache hashes blocks: tokens known now)
             sampling = [req for (req, _), s in zip(out.scheduled, out.sample) if s]

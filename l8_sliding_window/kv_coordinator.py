@@ -67,7 +67,7 @@ class KVCacheCoordinator:
     def admit(self, req, budget: int) -> int | None:
         bs = self.block_size
         hashes = self.block_hashes(req, req.num_tokens // bs) if self.pool.enable_caching else []
-        k = self.hit_length(hashes, req.num_tokens)
+        k = 0 if req.prompt_logits_owed else self.hit_length(hashes, req.num_tokens)   # prompt logprobs
         n = min(req.num_tokens - k * bs, budget)
         handles = [req.kv] + [Request((req.request_id, g)) for g in range(1, len(self.managers))]
         hits = [m.hit_blocks(hashes, k) for m in self.managers]
