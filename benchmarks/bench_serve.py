@@ -130,8 +130,9 @@ def offline_single(llm, a, n_in: int, n_out: int) -> dict:
 
 def engine_counters(url) -> dict:
     import httpx
+    from prometheus_client.parser import text_string_to_metric_families
     text = httpx.get(f"{url}/metrics", timeout=30).text
-    m = {ln.split()[0].removeprefix("tll:"): float(ln.split()[1]) for ln in text.splitlines() if ln and ln[0] != "#"}
+    m = {s.name.removeprefix("tll:"): s.value for f in text_string_to_metric_families(text) for s in f.samples}
     out = {k: m[f"engine_{k}_total"] for k in ("steps", "step_seconds", "send_seconds", "take_seconds", "busy_periods")}
     return out | {k: m[f"engine_{k}_seconds"] for k in ("busy_since", "last_step_end", "last_add")}
 

@@ -6,7 +6,8 @@
     GET  /health                200, or 503 once the engine has died
     GET  /version               {"version": ...} (vLLM's)
     GET  /docs, /openapi.json   the request bodies' schemas (protocol.py's models)
-    GET  /metrics               Prometheus text: running, waiting, KV blocks, prefix-cache hits, tokens
+    GET  /metrics               Prometheus text, vLLM's names (metrics.py): running, waiting, KV cache,
+                                prefix-cache hits, tokens, latency histograms
 
 Errors are OpenAI's JSON (errors.py): 400 for a bad field (named in ``param``), 404 for an
 unknown model or route (405: a wrong method), 415 for a body that is not JSON, 429 when more than ``--max-pending`` sequences are in flight (the server refuses
@@ -27,13 +28,14 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from l5_scheduler.llm import render_chat
 from plumbing.errors import UserError
 
 from .async_llm import AsyncLLM, EngineDead, QueueFull
 from .engine_core import RequestFailed
+from .metrics import CONTENT_TYPE
 from .errors import ApiError, error_response, install
 from .params import from_user_error, parse_chat, parse_completion
 from .protocol import ERRORS, ChatCompletionRequest, CompletionRequest
@@ -72,7 +74,7 @@ def build_app(async_llm: AsyncLLM, model_name: str, max_model_len: int, on_start
 
     @app.get("/metrics")
     async def metrics():
-        return PlainTextResponse(prometheus(async_llm.snapshot, async_llm.pending))
+        return Response(async_llm.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/version")
     async def version():
@@ -170,29 +172,3 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-def prometheus(s: dict, pending: int) -> str:
-    """The snapshot in Prometheus' text format, names after vLLM's (``vllm:`` -> ``tll:``)."""
-    used = s["kv_blocks_total"] - s["kv_blocks_free"]
-    rows = [("num_requests_running", "gauge", s["running"]), ("num_requests_running_max", "gauge", s["max_running"]),
-            ("num_requests_waiting", "gauge", s["waiting"]),
-            ("num_requests_pending", "gauge", pending),
-            ("kv_blocks_used", "gauge", used), ("kv_blocks_free", "gauge", s["kv_blocks_free"]),
-            ("kv_cache_usage_perc", "gauge", used / max(s["kv_blocks_total"], 1)),
-            ("prefix_cache_queries_total", "counter", s["prefix_cache_queries"]),
-            ("prefix_cache_hits_total", "counter", s["prefix_cache_hits"]),
-            ("prefix_cache_hit_rate", "gauge", s["prefix_cache_hits"] / max(s["prefix_cache_queries"], 1)),
-            ("prompt_tokens_total", "counter", s["prompt_tokens"]),
-            ("generation_tokens_total", "counter", s["generation_tokens"]),
-            ("requests_finished_total", "counter", s["requests_finished"]),
-            ("engine_steps_total", "counter", s["engine_steps"]),
-            ("engine_step_seconds_total", "counter", s["engine_step_seconds"]),       # in step(), outputs built
-            ("engine_send_seconds_total", "counter", s["engine_send_seconds"]),       # handing them to the server
-            ("engine_take_seconds_total", "counter", s["engine_take_seconds"]),       # taking requests in
-            ("engine_busy_periods_total", "counter", s["engine_busy_periods"]),
-            # monotonic-clock times (bench_serve.py's timeline): idle -> busy, last step's end, last add
-            ("engine_busy_since_seconds", "gauge", s["engine_busy_since"]),
-            ("engine_last_step_end_seconds", "gauge", s["engine_last_step_end"]),
-            ("engine_last_add_seconds", "gauge", s["engine_last_add"])]
-    return "".join(f"# TYPE tll:{name} {kind}\ntll:{name} {value}\n" for name, kind, value in rows)

@@ -27,6 +27,7 @@ from l4_sampler.params import SamplingParams
 from plumbing.errors import UserError
 
 from .engine_core import run_engine_core
+from .metrics import Metrics
 from .submission import Submission
 
 
@@ -40,8 +41,9 @@ class EngineDead(RuntimeError):
 
 
 class AsyncLLM:
-    def __init__(self, model: str | None, llm_kwargs: dict, max_pending: int = 1024):
-        """Start the engine core and wait until its model is loaded (a UserError if it cannot be)."""
+    def __init__(self, model: str | None, llm_kwargs: dict, max_pending: int = 1024, served_name: str | None = None):
+        """Start the engine core and wait until its model is loaded (a UserError if it cannot be).
+        ``served_name``: the model's name in the API and in /metrics' ``model_name`` label."""
         ctx = multiprocessing.get_context("spawn")        # CUDA cannot be forked: a fresh interpreter
         to_core_r, to_core_w = ctx.Pipe(duplex=False)
         from_core_r, from_core_w = ctx.Pipe(duplex=False)
@@ -66,6 +68,8 @@ class AsyncLLM:
         self.dead: str | None = None
         self.on_dead = None                               # called (on the event loop) once the core is gone
         self.stopping = False
+        self.metrics = Metrics(served_name or model or "tiny-qwen3", info["max_model_len"],
+                               lambda: (self.snapshot, self.pending))
 
     # ---- event loop side --------------------------------------------------------------------
     def start(self) -> None:

@@ -59,6 +59,19 @@ def run_engine_core(model, llm_kwargs: dict, inbox, outbox) -> None:
 NO_TOKENS = ((), (), ())      # a message with no one-token updates
 
 
+def request_stats(out, max_tokens: int) -> dict:
+    """What /metrics' per-request histograms need from the engine, for a finished request: its
+    max_tokens as the engine ran it (the server may have left it to the engine: the room left), and
+    vLLM's phases from its ``RequestOutput.metrics`` (one monotonic clock in both processes):
+    queued (arrival to first scheduled), prefill (to its first token), decode (to its last token),
+    inference (first scheduled to last token)."""
+    m = out.metrics
+    return {"max_tokens": max_tokens, "queue": m.time_in_queue,
+            "prefill": m.first_token_time - m.first_scheduled_time,
+            "decode": m.last_token_time - m.first_token_time,
+            "inference": m.last_token_time - m.first_scheduled_time}
+
+
 class RequestFailed(RuntimeError):
     """One request met an error that is not its input's fault (a bug it found): the server answers 500,
     and the engine core goes on serving the others."""
@@ -92,7 +105,7 @@ class EngineCore:
         engine.keep_stats = False                  # no per-step record: a server runs for days
         self._tracks: dict[str, _Track] = {}       # request id -> its prompt
         self._seq: dict[str, tuple[_Track, int]] = {}    # sequence id -> (its prompt, its choice index)
-        self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "requests_finished": 0, "max_running": 0,
+        self.counts = {"prompt_tokens": 0, "generation_tokens": 0, "max_running": 0,
                        "engine_steps": 0, "engine_step_seconds": 0.0, "engine_send_seconds": 0.0,
                        "engine_take_seconds": 0.0,   # taking adds and aborts in, between steps
                        "engine_busy_periods": 0,     # times the core went from idle to stepping
@@ -189,8 +202,7 @@ class EngineCore:
             return []
         self.engine.abort_request(rid)
         ends = [(self._seq.pop(sid)[1], [], None, "abort", None, None) for sid in track.sids if sid in self._seq]
-        self.counts["requests_finished"] += 1
-        return [(track.key, "out", track.i, (ends, True))]
+        return [(track.key, "out", track.i, (ends, True, None))]
 
     def _emit(self, outs) -> tuple[tuple, list]:
         """One step's outputs, in two forms. Most are the new tokens (usually one; a step order may
@@ -227,11 +239,12 @@ class EngineCore:
         self.counts["generation_tokens"] += generated              # tokens, not sequences: a step may give several
         out = []
         for rid, (track, chs) in updates.items():
+            stats = None
             if track.left == 0:                                    # the engine forgets it now
-                eng.release(rid)
+                max_tokens = eng.requests[track.sids[0]].params.max_tokens
+                stats = request_stats(eng.release(rid), max_tokens)
                 del self._tracks[rid]
-                self.counts["requests_finished"] += 1
-            out.append((track.key, "out", track.i, (chs, track.left == 0)))
+            out.append((track.key, "out", track.i, (chs, track.left == 0, stats)))
         return (keys, idx, toks), out
 
     def snapshot(self) -> dict:
@@ -241,5 +254,5 @@ class EngineCore:
         self.counts["max_running"] = max(self.counts["max_running"], len(sched.running))
         stats = getattr(kv, "stats", None)         # a prefix cache's hit counters (stage 6 on)
         return dict(self.counts, running=len(sched.running), waiting=len(sched.waiting),
-                    kv_blocks_total=kv.num_blocks, kv_blocks_free=kv.num_free,
+                    kv_blocks_total=kv.num_blocks, kv_blocks_free=kv.num_free, num_preemptions=sched.num_preemptions,
                     prefix_cache_queries=stats.queries if stats else 0, prefix_cache_hits=stats.hits if stats else 0)

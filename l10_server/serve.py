@@ -91,8 +91,8 @@ def describe(llm, name: str, engine: str = "") -> str:
 def make_server(model: str | None, llm_kwargs: dict, name: str | None = None, *, host: str = "127.0.0.1",
                 port: int = 8000, max_pending: int = 1024, log_level: str = "warning") -> Server:
     """Start the engine core (it loads the model: this blocks until it is ready) and the app."""
-    async_llm = AsyncLLM(model, llm_kwargs, max_pending=max_pending)
     name = name or model or "tiny-qwen3"
+    async_llm = AsyncLLM(model, llm_kwargs, max_pending=max_pending, served_name=name)
     app = build_app(async_llm, name, async_llm.info["max_model_len"])
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
                             lifespan="on")

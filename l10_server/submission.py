@@ -51,12 +51,15 @@ class Submission:
         self.wake = asyncio.Event()
         self.error: BaseException | None = None
         self.closed = False
+        self.timers = [owner.metrics.timer() for _ in range(n_prompts)]    # /metrics' latency histograms
+        self.reasons: dict[int, str] = {}          # prompt -> its latest choice's finish_reason
 
     # ---- from the engine core (on the event loop: AsyncLLM._on_message) ---------------------
     def put_token(self, i: int, tok: int) -> None:
         """One new token of choice 0 (the common case, sent compactly)."""
         if self.closed:
             return
+        self.timers[i].tokens_arrived(1)
         have = self.raw.setdefault(i, {})
         ch = have.get(0)
         if ch is None:
@@ -69,6 +72,8 @@ class Submission:
         if self.closed:
             return
         if kind == "ack":
+            if isinstance(payload, list):          # the prompt's ids: the engine core took it
+                self.timers[i].prompt_tokens = len(payload)
             self.acks.put_nowait((i, payload))
             return
         if kind == "dead":                         # the engine core is gone: answer everything now
@@ -76,10 +81,13 @@ class Submission:
             for _ in range(self.n_prompts):        # acks that will never come (accepted() takes n_prompts)
                 self.acks.put_nowait((None, payload))
         else:
-            choices, finished = payload
+            choices, finished, stats = payload
             have = self.raw.setdefault(i, {})
+            self.timers[i].tokens_arrived(sum(len(c[1]) for c in choices))
             for k, ids, lps, reason, stop_reason, final_text in choices:
                 ch = Choice(k, "", ids, lps, reason, stop_reason, final_text)
+                if reason is not None:
+                    self.reasons[i] = reason
                 old = have.get(ch.index)
                 if old is None:
                     have[ch.index] = ch
@@ -90,6 +98,7 @@ class Submission:
                 old.finish_reason, old.stop_reason, old.final_text = ch.finish_reason, ch.stop_reason, ch.final_text
             if finished:
                 self.finished_raw.add(i)
+                self.timers[i].finished(self.reasons.get(i, "abort"), self.params.n, stats)
         self.wake.set()
 
     # ---- the response's writer -------------------------------------------------------------
@@ -141,4 +150,7 @@ class Submission:
         if self.closed:
             return
         self.closed = True
+        for i in self.left - self.finished_raw:    # taken by the engine core, then aborted: "abort"
+            if self.timers[i].prompt_tokens is not None and self.error is None:
+                self.timers[i].finished("abort", self.params.n, None)
         self.owner.forget(self)

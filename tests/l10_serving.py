@@ -25,10 +25,17 @@ def running_server(model: str = "tiny-qwen3", *, max_pending: int = 1024, **llm_
 
 
 def metrics(base: str) -> dict[str, float]:
+    """/metrics, parsed by prometheus_client's parser: sample name without its ``vllm:``/``tll:``
+    prefix -> value; a label other than model_name and engine joins the name (``_bucket{le=0.5}``,
+    ``request_success_total{finished_reason=length}``)."""
     import httpx
-    text = httpx.get(f"{base}/metrics", timeout=10).text
-    return {line.split()[0].removeprefix("tll:"): float(line.split()[1])
-            for line in text.splitlines() if line and not line.startswith("#")}
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    for family in text_string_to_metric_families(httpx.get(f"{base}/metrics", timeout=10).text):
+        for s in family.samples:
+            extra = ",".join(f"{k}={v}" for k, v in s.labels.items() if k not in ("model_name", "engine"))
+            out[s.name.split(":", 1)[-1] + (f"{{{extra}}}" if extra else "")] = s.value
+    return out
 
 
 def wait_idle(base: str, timeout: float = 30.0) -> dict[str, float]:
