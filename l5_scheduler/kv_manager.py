@@ -47,3 +47,7 @@ class BlockManager(BlockAllocator):
     def advance(self, scheduled) -> None:
         for req, n in scheduled:
             req.kv.cur_len += n
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's ``LLM.reset_prefix_cache``, asked of the KV manager: this one remembers nothing."""
+        return True

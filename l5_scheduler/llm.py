@@ -104,8 +104,7 @@ class LLM:
         changed) while a request holds blocks; a KV manager that remembers nothing: True."""
         if self.llm_engine.has_unfinished_requests():
             return False
-        pool = getattr(self.llm_engine.scheduler.kv, "pool", None)
-        return pool.reset_prefix_cache() if pool is not None else True
+        return self.llm_engine.scheduler.kv.reset_prefix_cache()
 
     def get_metrics(self) -> list[Metric]:
         """The engine's counters and gauges now (vLLM returns its Prometheus metrics): a list of

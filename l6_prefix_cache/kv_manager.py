@@ -70,6 +70,9 @@ class KVCacheManager:
         """Blocks that may be handed out: never used, anonymous, or cached with no reference."""
         return self.pool.num_free
 
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
     def blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.block_size)
 

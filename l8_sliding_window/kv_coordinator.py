@@ -48,6 +48,9 @@ class KVCacheCoordinator:
     def num_free(self) -> int:
         return self.pool.num_free
 
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
     def blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.block_size)
 
