@@ -52,6 +52,8 @@ def _f(what: str, **constraints) -> Any:
 
 NUM = dict(allow_inf_nan=False)
 TokenId = Annotated[int, Field(ge=0)]
+TokenKey = Annotated[str, Field(pattern=r"^[0-9]+$")]             # a token id as a JSON object's key
+Bias = Annotated[float, Field(ge=-100, le=100, **NUM)]
 # (a string field has no pydantic length limit: pydantic refuses a constrained string that holds a
 # lone surrogate as "not a string"; the engine refuses an empty one, and names the surrogate)
 
@@ -105,7 +107,7 @@ class SamplingFields(Strict):
                                        "response its prompt's")
     user: str | None = _f("a string (a label: the server does not use it)")
     # NOT_YET: typed as vLLM types them, refused unless neutral (see NOT_YET)
-    logit_bias: dict[str, float] | None = _f("{} or absent (logit_bias is not implemented yet)")
+    logit_bias: dict[TokenKey, Bias] | None = _f("{} or absent (logit_bias is not implemented yet)")
     allowed_token_ids: list[TokenId] | None = _f("absent (allowed_token_ids is not implemented yet)")
     bad_words: list[str] | None = _f("[] or absent (bad_words is not implemented yet)")
     skip_special_tokens: bool | None = _f("true or absent (false is not implemented yet)")
