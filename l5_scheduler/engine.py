@@ -43,7 +43,7 @@ from plumbing.errors import UserError
 
 from .config import EngineConfig
 from .outputs import RequestOutput, StepOutput, StepStats, completion, prompt_logprobs, request_metrics, step_stats
-from .request import Request, RequestStatus, prompt_token_ids
+from .request import Request, RequestStatus, check_encodable, prompt_token_ids
 from .step import PlainStep
 
 
@@ -126,7 +126,8 @@ class LLMEngine:
         if not params.bad_words:
             return []
         enc = lambda text: self.tokenizer(text, add_special_tokens=False)["input_ids"]   # noqa: E731
-        for w in params.bad_words:
+        for i, w in enumerate(params.bad_words):
+            check_encodable(w, f"SamplingParams.bad_words[{i}]")     # a lone surrogate: the word's fault, a 400
             if not enc(w.lstrip()):
                 raise UserError(f"SamplingParams.bad_words: {w!r} tokenizes to no token: remove it.")
         return bad_words_ids(params.bad_words, enc)
