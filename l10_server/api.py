@@ -112,6 +112,7 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
                             "(GET /v1/models)", "model", code="model_not_found")
     fmt = Formatter(chat, model_name, parsed.params.n, llm.front_tokenizer, parsed.include_usage,
                     parsed.return_token_ids, parsed.continuous_usage, parsed.echo)
+    fmt.top_n = parsed.params.logprobs or 0
     try:
         sub = llm.submit(parsed.prompts, parsed.params, fmt.id, parsed.fill_max_tokens)
     except QueueFull as e:
@@ -160,6 +161,7 @@ async def _collect(sub, fmt: Formatter, prompt_tokens: int):
     acc, completion_tokens = {}, 0
     try:
         async for i, update in sub.updates():
+            fmt.seen(i, update)
             completion_tokens += merge(acc, i, fmt.n, update)
         return fmt.whole(acc, fmt.usage(prompt_tokens, completion_tokens))
     except Exception as e:                              # the engine died, or this request met a bug

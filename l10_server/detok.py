@@ -37,17 +37,25 @@ def decode_step(decode, ids: list[int], prefix: int, read: int) -> tuple[str, in
     return "", prefix, read
 
 
+def decoder(tokenizer, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True):
+    """``decode(ids) -> str`` with a request's special-token options, as the engine decodes its text
+    (``LLMEngine.decoder``): the deltas must add up to that text."""
+    if skip_special_tokens and spaces_between_special_tokens:
+        return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
+                                        spaces_between_special_tokens=spaces_between_special_tokens)
+
+
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, stop=(), include_stop_str_in_output: bool = False):
+    def __init__(self, tokenizer, stop=(), include_stop_str_in_output: bool = False, skip_special_tokens: bool = True,
+                 spaces_between_special_tokens: bool = True):
         self.tokenizer = tokenizer
+        self._decode = decoder(tokenizer, skip_special_tokens, spaces_between_special_tokens)
         self.ids: list[int] = []
         self.prefix = self.read = 0           # ids[prefix:read] were decoded already, as context
         self.text = ""                        # whole characters decoded so far
         self.sent = 0                         # characters of the text already sent
         self.hold = 0 if include_stop_str_in_output or not stop else max(len(s) for s in stop) - 1
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def add(self, new_ids: list[int]) -> None:
         """New token ids of the request (one step's)."""

@@ -97,6 +97,7 @@ class _Track:
     logprobs: bool
     simple: bool                           # one choice, no logprobs: its tokens take the fast path
     sids: list[str]                        # its sequences' ids (n of them), by choice index
+    prompt_lps: bool = False               # prompt_logprobs asked and not sent yet (they go with its first update)
 
 
 class EngineCore:
@@ -173,9 +174,9 @@ class EngineCore:
             params, reqs = self._admit(rid, prompt, params, fill)
         except Exception as e:                     # ANY error: this request's, never the core's
             return key, "ack", i, refusal(e)
-        lp = params.logprobs is not None
+        lp, plp = params.logprobs is not None, params.prompt_logprobs is not None
         sids = [req.request_id for req in reqs]
-        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), lp, len(reqs) == 1 and not lp, sids)
+        track = self._tracks[rid] = _Track(key, i, rid, len(reqs), lp, len(reqs) == 1 and not (lp or plp), sids, plp)
         for k, req in enumerate(reqs):
             self._seq[req.request_id] = (track, k)
         self.counts["prompt_tokens"] += len(reqs[0].prompt_ids)
@@ -185,7 +186,10 @@ class EngineCore:
         """Check the prompt and add its sequences; whatever of it got in leaves again if this raises."""
         eng = self.engine
         if fill:                                   # the room this prompt leaves (encoded once, here)
-            prompt = {"prompt_token_ids": eng.prompt_ids(prompt)}
+            ids, k = eng.prompt_ids(prompt), params.truncate_prompt_tokens
+            if k is not None:                      # the engine keeps the last k: the room is after that
+                ids = ids[-(eng.config.max_model_len if k == -1 else k):]
+            prompt = {"prompt_token_ids": ids}
             room = min(eng.config.max_model_len, eng.config.capacity) - len(prompt["prompt_token_ids"])
             params = dataclasses.replace(params, max_tokens=max(room, 1))
         rid, reqs = eng.make_requests(prompt, params, rid)
@@ -209,8 +213,10 @@ class EngineCore:
         give several) of a running request with one choice and no logprobs: those go as three flat
         lists (submission key, prompt index, token: one entry per token, in order), which pickle in
         microseconds. The rest (a choice that finished, n > 1, logprobs) go as one tuple per prompt
-        of a Choice's fields. This is on every step's critical path."""
-        eng, seq, keys, idx, toks, updates = self.engine, self._seq, [], [], [], {}
+        of a Choice's fields; a prompt that asked for prompt_logprobs sends them once, with its first update
+        (its prompt was computed by then: stage 4's TokenLogprobs, which the server decodes into vLLM's
+        dicts). This is on every step's critical path."""
+        eng, seq, keys, idx, toks, updates, plps = self.engine, self._seq, [], [], [], {}, []
         generated = 0
         for o in outs:
             track, k = seq[o.request_id]
@@ -235,9 +241,12 @@ class EngineCore:
                 del seq[o.request_id]
             if track.rid not in updates:
                 updates[track.rid] = (track, [])
+                if track.prompt_lps:               # (never on the fast path: such a track is not simple)
+                    track.prompt_lps = False
+                    plps.append((track.key, "prompt_logprobs", track.i, eng.requests[o.request_id].prompt_logprobs))
             updates[track.rid][1].append(ch)
         self.counts["generation_tokens"] += generated              # tokens, not sequences: a step may give several
-        out = []
+        out = plps                                                 # before the updates they go with
         for rid, (track, chs) in updates.items():
             stats = None
             if track.left == 0:                                    # the engine forgets it now

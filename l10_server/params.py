@@ -10,6 +10,7 @@ outside the vocabulary); ``from_user_error`` turns its refusal into a 400 naming
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -17,13 +18,13 @@ from l4_sampler.params import SamplingParams
 from plumbing.errors import UserError
 
 from .errors import ApiError
-from .protocol import _SAMPLING, NOT_YET, ChatCompletionRequest, CompletionRequest, SamplingFields
+from .protocol import _SAMPLING, ChatCompletionRequest, CompletionRequest, SamplingFields
 
-#: the body's fields that SamplingParams takes under the same name (those in NOT_YET are refused
-#: before they get here, and left out)
+#: the body's fields that SamplingParams takes under the same name
 ENGINE_FIELDS = ("temperature", "top_p", "top_k", "min_p", "seed", "n", "presence_penalty", "frequency_penalty",
                  "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "include_stop_str_in_output",
-                 "stop", *NOT_YET)
+                 "stop", "logit_bias", "allowed_token_ids", "bad_words", "skip_special_tokens",
+                 "spaces_between_special_tokens", "truncate_prompt_tokens", "prompt_logprobs")
 #: JSON's spelling -> SamplingParams' (a JSON object's keys are strings)
 CONVERT = {"stop": lambda s: [s] if isinstance(s, str) else list(s),
            "logit_bias": lambda d: {int(k): v for k, v in d.items()}}
@@ -61,7 +62,7 @@ def sampling_params(body: SamplingFields, max_tokens: int, logprobs: int | None)
     kw = {}
     for name in ENGINE_FIELDS:
         value = getattr(body, name)
-        if value is not None and name not in NOT_YET:
+        if value is not None:
             kw[name] = CONVERT[name](value) if name in CONVERT else value
     try:
         return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, **kw)
@@ -90,6 +91,8 @@ def prompts(p) -> list:
 
 def parse_completion(body: CompletionRequest) -> Parsed:
     params = sampling_params(body, body.max_tokens or 16, body.logprobs)
+    if body.echo and body.logprobs is not None and params.prompt_logprobs is None:   # vLLM: echo's logprobs
+        params = dataclasses.replace(params, prompt_logprobs=body.logprobs)
     return Parsed(prompts(body.prompt), params, echo=bool(body.echo), **_stream(body))
 
 

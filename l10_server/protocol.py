@@ -10,9 +10,11 @@ A field left out or sent as ``null`` means its default. The fields:
                      presence_penalty, frequency_penalty, repetition_penalty, stream,
                      stream_options (include_usage, continuous_usage_stats), ignore_eos,
                      min_tokens, stop_token_ids, include_stop_str_in_output, return_token_ids,
-                     user (accepted, unused: it is only a label), and the NOT_YET fields
-    /v1/completions  prompt (text, ids, or a list of either), logprobs (0..20), echo,
-                     best_of (= n), suffix (null)
+                     user (accepted, unused: it is only a label), vLLM's logit_bias,
+                     allowed_token_ids, bad_words, truncate_prompt_tokens, skip_special_tokens,
+                     spaces_between_special_tokens, prompt_logprobs (0..20, not with stream)
+    /v1/completions  prompt (text, ids, or a list of either), logprobs (0..20), echo (with
+                     logprobs: the prompt's logprobs first), best_of (= n), suffix (null)
     /v1/chat/...     messages, logprobs (bool) + top_logprobs (0..20), max_completion_tokens,
                      response_format ({"type": "text"}), tools / tool_choice (none)
 
@@ -22,7 +24,6 @@ OpenAI's error JSON naming the field.
 """
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -30,14 +31,6 @@ from pydantic_core import PydanticCustomError
 
 MAX_LOGPROBS = 20
 INT64 = (-2**63, 2**63 - 1)
-
-#: vLLM's fields that the engine does not take yet: each is refused unless it is absent or has its
-#: neutral value (listed here, and sent as-is). Wiring one = deleting its line: params.py hands every
-#: field of ENGINE_FIELDS that is not listed here to SamplingParams.
-NOT_YET: dict[str, list] = {
-    "logit_bias": [{}], "allowed_token_ids": [], "bad_words": [[]], "skip_special_tokens": [True],
-    "spaces_between_special_tokens": [True], "truncate_prompt_tokens": [], "prompt_logprobs": [],
-}
 
 
 def refuse(param: str, message: str) -> PydanticCustomError:
@@ -106,23 +99,24 @@ class SamplingFields(Strict):
     return_token_ids: bool | None = _f("true or false: each choice also carries its token ids, and the "
                                        "response its prompt's")
     user: str | None = _f("a string (a label: the server does not use it)")
-    # NOT_YET: typed as vLLM types them, refused unless neutral (see NOT_YET)
-    logit_bias: dict[TokenKey, Bias] | None = _f("{} or absent (logit_bias is not implemented yet)")
-    allowed_token_ids: list[TokenId] | None = _f("absent (allowed_token_ids is not implemented yet)")
-    bad_words: list[str] | None = _f("[] or absent (bad_words is not implemented yet)")
-    skip_special_tokens: bool | None = _f("true or absent (false is not implemented yet)")
-    spaces_between_special_tokens: bool | None = _f("true or absent (false is not implemented yet)")
-    truncate_prompt_tokens: int | None = _f("absent (truncate_prompt_tokens is not implemented yet)", ge=-1)
-    prompt_logprobs: int | None = _f("absent (prompt_logprobs is not implemented yet)", ge=0, le=MAX_LOGPROBS)
+    # vLLM's: the engine applies them (l4_sampler/params.py); ids it checks against the vocabulary
+    logit_bias: dict[TokenKey, Bias] | None = _f('{"token id": bias in [-100, 100], ...}: added to those tokens\' '
+                                                 "logits")
+    allowed_token_ids: Annotated[list[TokenId], Field(min_length=1)] | None = _f(
+        "a non-empty list of token ids: every other token is banned")
+    bad_words: list[str] | None = _f("a list of words (non-blank strings): their last token is banned where the "
+                                     "output ends with the rest of one")
+    skip_special_tokens: bool | None = _f("true or false: special tokens left out of the text (default true)")
+    spaces_between_special_tokens: bool | None = _f("true or false (default true; a slow tokenizer's option)")
+    truncate_prompt_tokens: int | None = _f("-1 (max_model_len) or an integer >= 1: keep the prompt's last k tokens",
+                                            ge=-1)
+    prompt_logprobs: int | None = _f(f"an integer in [0, {MAX_LOGPROBS}], without stream: each prompt token's "
+                                     "logprob and the top ones", ge=0, le=MAX_LOGPROBS)
 
     @model_validator(mode="after")
     def _common(self):
-        for name, neutral in NOT_YET.items():
-            value = getattr(self, name)
-            if value is not None and value not in neutral:
-                spelled = " or ".join(_json(v) for v in neutral)
-                raise refuse(name, "is not implemented by this server yet: leave it out"
-                             + (f" or send {spelled}" if neutral else ""))
+        if self.prompt_logprobs is not None and self.stream:      # vLLM's refusal (it lets 0 through, unsent)
+            raise refuse("prompt_logprobs", "is not available with stream: true (vLLM's rule): drop one of them")
         if self.stream_options is not None and self.stream_options.model_fields_set and not self.stream:
             raise refuse("stream_options", "is only allowed with stream: true")
         return self
@@ -143,9 +137,6 @@ class CompletionRequest(SamplingFields):
     def _completion(self):
         if self.best_of is not None and self.best_of != (self.n or 1):
             raise refuse("best_of", f"must equal n ({self.n or 1}): best_of > n is not implemented")
-        if self.echo and self.logprobs is not None:
-            raise refuse("echo", "with logprobs needs the prompt's logprobs, which this server does not return "
-                                 "yet: drop echo or logprobs")
         return self
 
 
@@ -185,10 +176,6 @@ class ErrorResponse(BaseModel):
 ERRORS = {"4XX": {"model": ErrorResponse, "description": "a bad request: 400 (a field, named in param), 404 (no such "
                   "model), 415 (not JSON), 429 (too many in flight: retry)"},
           "5XX": {"model": ErrorResponse, "description": "500: this request met a bug; 503: the engine core died"}}
-
-
-def _json(value) -> str:
-    return json.dumps(value)
 
 
 def _own(model: type[BaseModel]) -> frozenset[str]:

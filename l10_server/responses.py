@@ -15,13 +15,26 @@ choice's usage so far (its prompt's tokens, its own generated tokens: vLLM's). C
 vLLM's extras: ``return_token_ids`` adds ``token_ids`` to every choice (a chunk: its new ids) and
 the prompt's ids, ``prompt_token_ids``: on each completions choice (streamed: its first chunk),
 at the top of a chat response (streamed: the first chunk only). ``echo`` (completions) starts each
-choice's text with its prompt: the text sent, or the ids decoded.
+choice's text with its prompt: the text sent, or the ids decoded; with ``logprobs``, the choice's
+logprobs start with the prompt tokens' (the first one's null: nothing predicts it), as vLLM's do.
+``prompt_logprobs`` (not streamed): vLLM's list, null and then per prompt token
+``{"token id": {"logprob", "rank", "decoded_token"}}``, on each completions choice and at the top
+of a chat response.
 """
 from __future__ import annotations
 
 import json
 import time
 import uuid
+
+
+FLOOR = -9999.0       # vLLM's stand-in for -inf, which JSON cannot spell (clamp_prompt_logprobs)
+
+
+def prompt_logprobs_json(plps: list) -> list:
+    """vLLM's RequestOutput.prompt_logprobs as its JSON: ids as keys, -inf as -9999."""
+    return [None if d is None else {str(t): {"logprob": max(lp.logprob, FLOOR), "rank": lp.rank,
+                                             "decoded_token": lp.decoded_token} for t, lp in d.items()} for d in plps]
 
 
 def new_id(prefix: str) -> str:
@@ -49,6 +62,8 @@ class Formatter:
         self.generated: dict[int, int] = {}        # continuous usage: tokens per choice so far
         self.prompt_ids: list[list[int]] = []      # per prompt, once the engine core took them
         self.prompt_texts: list[str] = []          # echo: what each choice's text starts with
+        self.prompt_logprobs: dict[int, list] = {}  # per prompt, when asked (Update.prompt_logprobs)
+        self.top_n = 0                             # completions logprobs: the top ones shown (echo)
 
     def accepted(self, prompts: list, prompt_token_ids: list[list[int]]) -> None:
         """The engine core took the prompts: their ids (usage, return_token_ids) and texts (echo)."""
@@ -56,6 +71,30 @@ class Formatter:
         if self.echo:                              # the text sent, or the ids decoded (vLLM's)
             self.prompt_texts = [p if isinstance(p, str) else self.tok.decode(ids, skip_special_tokens=False)
                                  for p, ids in zip(prompts, prompt_token_ids)]
+
+    def seen(self, prompt_index: int, update) -> None:
+        """Keep what an update says once for its prompt (its prompt logprobs)."""
+        if update.prompt_logprobs is not None:
+            self.prompt_logprobs[prompt_index] = update.prompt_logprobs
+
+    def _echo_logprobs(self, index: int) -> dict:
+        """The prompt's tokens in the completions logprobs' shape (vLLM's echo with logprobs): the first
+        has null logprob and top_logprobs; each position shows its token and logprobs + 1 entries at most."""
+        ids, plps = self.prompt_ids[index // self.n], self.prompt_logprobs.get(index // self.n)
+        if plps is None:
+            raise RuntimeError("echo with logprobs, but the engine core sent no prompt logprobs (a bug)")
+        tokens, lps, tops, offsets, off = [], [], [], [], 0
+        for tid, d in zip(ids, plps):
+            tokens.append(self._token(tid))
+            offsets.append(off)
+            off += len(tokens[-1])
+            lps.append(None if d is None else max(d[tid].logprob, FLOOR))
+            top: dict[str, float] | None = None if d is None else {}
+            for t, lp in list((d or {}).items())[:self.top_n + 1]:
+                top.setdefault(self._token(t), max(lp.logprob, FLOOR))
+            tops.append(top)
+        self.offsets[index] = off
+        return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
     def _token(self, tid: int) -> str:
         return self.tok.decode([tid], skip_special_tokens=False)
@@ -87,7 +126,10 @@ class Formatter:
 
     def _choice(self, index: int, ch, delta: bool, first: bool) -> dict:
         """One choice; ``first``: its first chunk, or the whole response (what is said once)."""
+        echoed = self._echo_logprobs(index) if self.echo and first and ch.logprobs is not None else None
         lps = self.logprobs(index, ch.logprobs)
+        if echoed is not None:
+            lps = {k: echoed[k] + lps[k] for k in echoed}
         text = self.prompt_texts[index // self.n] + ch.text if self.echo and first else ch.text
         if not self.chat:
             out = {"index": index, "text": text, "logprobs": lps, "finish_reason": ch.finish_reason,
@@ -114,6 +156,7 @@ class Formatter:
     def stream_chunks(self, prompt_index: int, update) -> list[str]:
         """One update of one prompt -> SSE events, one per choice that has something to say."""
         out = []
+        self.seen(prompt_index, update)
         for ch in update.choices:
             index = prompt_index * self.n + ch.index
             self.generated[index] = self.generated.get(index, 0) + len(ch.token_ids)
@@ -139,10 +182,16 @@ class Formatter:
     def whole(self, finished: dict, usage: dict) -> dict:
         """``finished``: choice index -> the merged Choice (all its text, token ids and logprobs)."""
         choices = [self._choice(i, finished[i], delta=False, first=True) for i in sorted(finished)]
+        plps = {k: prompt_logprobs_json(v) for k, v in self.prompt_logprobs.items()}
+        if not self.chat and plps:
+            for c in choices:
+                c["prompt_logprobs"] = plps[c["index"] // self.n]
         out = {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                "created": self.created, "model": self.model, "choices": choices, "usage": usage}
         if self.chat and self.return_token_ids:
             out["prompt_token_ids"] = list(self.prompt_ids[0])
+        if self.chat and plps:
+            out["prompt_logprobs"] = plps[0]
         return out
 
 

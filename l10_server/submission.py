@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from l5_scheduler.outputs import logprob_dict
 from plumbing.errors import UserError
 
-from .detok import IncrementalDetokenizer
+from .detok import IncrementalDetokenizer, decoder
 
 
 @dataclass
@@ -36,6 +37,8 @@ class Choice:
 class Update:
     choices: list[Choice]
     finished: bool                         # every choice of this prompt has finished
+    prompt_logprobs: list | None = None    # once, with the prompt's first update, when asked: vLLM's
+                                           # RequestOutput.prompt_logprobs (None, then {id: Logprob} a token)
 
 
 class Submission:
@@ -48,6 +51,7 @@ class Submission:
         self.raw: dict[int, dict[int, Choice]] = {}    # prompt -> choice -> ids not taken yet
         self.finished_raw: set[int] = set()        # prompts whose last update has arrived
         self.detoks: dict[tuple[int, int], IncrementalDetokenizer] = {}
+        self.prompt_lps: dict[int, list] = {}      # prompt -> its prompt logprobs, until its update takes them
         self.wake = asyncio.Event()
         self.error: BaseException | None = None
         self.closed = False
@@ -75,6 +79,9 @@ class Submission:
             if isinstance(payload, list):          # the prompt's ids: the engine core took it
                 self.timers[i].prompt_tokens = len(payload)
             self.acks.put_nowait((i, payload))
+            return
+        if kind == "prompt_logprobs":              # just before the prompt's first update (engine_core._emit)
+            self.prompt_lps[i] = payload
             return
         if kind == "dead":                         # the engine core is gone: answer everything now
             self.error = payload
@@ -131,7 +138,9 @@ class Submission:
                     finished = i in self.finished_raw
                     if finished:
                         self.left.discard(i)
-                    yield i, Update([self._text(i, raw[i][k]) for k in sorted(raw[i])], finished)
+                    plps = self.prompt_lps.pop(i, None)
+                    yield i, Update([self._text(i, raw[i][k]) for k in sorted(raw[i])], finished,
+                                    None if plps is None else self._prompt_logprobs(plps))
         finally:
             self.close()
 
@@ -140,10 +149,19 @@ class Submission:
         if d is None:
             p = self.params
             d = self.detoks[i, ch.index] = IncrementalDetokenizer(self.owner.front_tokenizer, p.stop,
-                                                                    p.include_stop_str_in_output)
+                                                                    p.include_stop_str_in_output,
+                                                                    p.skip_special_tokens,
+                                                                    p.spaces_between_special_tokens)
         d.add(ch.token_ids)
         ch.text = d.delta(ch.final_text) if ch.final_text is not None else d.delta()
         return ch
+
+    def _prompt_logprobs(self, lps: list) -> list:
+        """Stage 4's TokenLogprobs of the prompt -> vLLM's list, decoded here as the engine decodes it
+        offline (l5_scheduler/outputs.py: the same function, the request's special-token options)."""
+        p = self.params
+        decode = decoder(self.owner.front_tokenizer, p.skip_special_tokens, p.spaces_between_special_tokens)
+        return [None] + [logprob_dict(lp, decode) for lp in lps]
 
     def close(self) -> None:
         """Abort whatever has not finished; count the submission out (once)."""

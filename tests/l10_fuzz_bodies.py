@@ -5,7 +5,8 @@
                   empty values, strings of up to 30,000 characters
     mutations     a valid body for the endpoint with 1-3 fields (those protocol.py takes) set to a
                   value of the right type (3 in 4) or any JSON, dropped, or added: about a quarter
-                  of these run on the engine
+                  of these run on the engine (logit_bias: ids in and outside the vocabulary, biases
+                  in [-100, 100]; bad_words: any text; skip_special_tokens, echo ...: any boolean)
     raw bytes     not JSON at all, or JSON nested 10,000 deep
 
 ``check`` posts one body and asks of the answer: within ``BOUND`` seconds; 2xx (a stream: its
@@ -57,7 +58,9 @@ VALID = {"prompt": st.one_of(text, ids, st.lists(text, max_size=3), st.lists(ids
          "stream_options": st.fixed_dictionaries({"include_usage": st.booleans()},
                                                  optional={"continuous_usage_stats": st.booleans()}), "user": text,
          "response_format": st.just({"type": "text"}), "tool_choice": st.just("none"), "tools": st.just([]),
-         "suffix": st.none(), "logit_bias": st.just({}), "bad_words": st.just([]), "allowed_token_ids": ids,
+         "suffix": st.none(), "allowed_token_ids": ids, "bad_words": st.lists(text, max_size=3),
+         "logit_bias": st.dictionaries(st.builds(str, st.one_of(st.integers(0, 258), st.sampled_from(BOUNDARY[:-2]))),
+                                       st.one_of(st.floats(-100, 100), st.sampled_from([-100, 100, 0])), max_size=4),
          "truncate_prompt_tokens": st.integers(-1, 8), "prompt_logprobs": st.integers(0, 3)}
 
 

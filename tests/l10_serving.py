@@ -48,3 +48,14 @@ def wait_idle(base: str, timeout: float = 30.0) -> dict[str, float]:
         if time.monotonic() > deadline:
             raise AssertionError(f"the server did not go idle in {timeout} s: {m}")
         time.sleep(0.05)
+
+
+def offline_llm(**kw):
+    """The oracle: the latest stage's LLM in this process, built as ``running_server`` builds the
+    server's (the same defaults: on a CPU the PyTorch attention and ops, float32)."""
+    import torch
+    from l10_server.serve import impl_options
+    from l5_scheduler.stages import latest
+    cuda = torch.cuda.is_available()
+    opts = dict(impl_options("cuda" if cuda else "cpu"), **(dict(num_gpu_blocks_override=512) if cuda else {}))
+    return latest("stage").LLM("tiny-qwen3", **{**opts, **kw})

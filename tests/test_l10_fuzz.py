@@ -57,6 +57,12 @@ def _fuzz(server, req):
 @example(req=("completions", {"prompt": "The capital of", "\ud800": []}))   # 500: its name in the error JSON
 @example(req=("completions", nested(10_000)))                             # 500: RecursionError
 @example(req=("completions", {"prompt": "The capital of", "max_tokens": 3, "n": 24595}))   # a 30 s stall
+@example(req=("chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3,
+                                   "bad_words": ["\ud800"]}))                # 500: the tokenizer's TypeError
+@example(req=("completions", {"prompt": [258, 97], "max_tokens": 3, "echo": True, "logprobs": 2, "stream": True,
+                              "allowed_token_ids": [258], "ignore_eos": True, "skip_special_tokens": False}))
+@example(req=("completions", {"prompt": ["a", [258]], "max_tokens": 2, "n": 2, "echo": True, "logprobs": 0,
+                              "prompt_logprobs": 3, "truncate_prompt_tokens": 1, "bad_words": ["a"]}))
 def test_l10_fuzz_every_body_gets_2xx_or_4xx_and_the_core_lives(server, req):
     _fuzz(server, req)
 

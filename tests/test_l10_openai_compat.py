@@ -1,66 +1,22 @@
-"""Stage 10 against vLLM's own server tests: their assertions, ported to this server (tiny Qwen3 on
-the CPU, one server for the module) and the real ``openai`` client. Each test names the vLLM file it
+"""Stage 10 against vLLM's own server tests (completions, basic, validation, this server's own): their
+assertions, ported to this server (tiny Qwen3 on the CPU, one server for the module, fixtures and
+helpers in tests/l10_openai.py) and the real ``openai`` client. Each test names the vLLM file it
 ports (github.com/vllm-project/vllm, ``tests/entrypoints/openai/``) and the vLLM test; where this
-server differs on purpose (a field it refuses rather than ignores, a message worded for people), the
-test asserts what it does instead and says why.
+server differs on purpose (a field it refuses rather than ignores, a message worded for people),
+the test asserts what it does instead and says why.
 
 Expected values come from outside the server: the tokenizer (prompt lengths, decoded text),
-pyproject.toml (the version), the request itself. Consistency checks (a stream adds up to the
-whole answer) compare the server with itself, as vLLM's do."""
-import json
+pyproject.toml (the version), the request itself, the offline engine (prompt logprobs).
+Consistency checks (a stream adds up to the whole answer) compare the server with itself, as
+vLLM's do."""
+
 import tomllib
 from collections import defaultdict
-from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
-from l10_serving import running_server, wait_idle
-from plumbing.tiny import tiny_checkpoint
-
-MODEL = "tiny-qwen3"
-ROOT = Path(__file__).resolve().parent.parent
-MESSAGES = [{"role": "system", "content": "you are a helpful assistant"}, {"role": "user", "content": "what is 1+1?"}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    with running_server(MODEL) as (base, _):
-        yield base
-        wait_idle(base)
-
-
-@pytest.fixture(scope="module")
-def tok():
-    from l1_dense.checkpoint import load_tokenizer
-    return load_tokenizer(tiny_checkpoint("qwen3"))
-
-
-def _client(base, **kw):
-    return openai.OpenAI(base_url=f"{base}/v1", api_key="none", timeout=60, max_retries=0, **kw)
-
-
-def _refused(call, param: str | None, status: int = 400) -> dict:
-    """``call`` gets OpenAI's error JSON with ``status`` naming ``param``; returns the error."""
-    with pytest.raises(openai.APIStatusError) as e:
-        call()
-    err = e.value.body
-    assert e.value.status_code == status and set(err) == {"message", "type", "param", "code"}, err
-    assert err["param"] == param and "\n" not in err["message"], err
-    return err
-
-
-def _chat_ids(tok, messages) -> list[int]:
-    """The prompt's ids as the chat template renders them (the tokenizer's own, not the server's)."""
-    return tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
-               add_special_tokens=False)["input_ids"]
-
-
-def _post(base, path, body, **kw) -> httpx.Response:
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    kw.setdefault("headers", {"content-type": "application/json"})
-    return httpx.post(f"{base}{path}", content=content, timeout=60, **kw)
+from l10_openai import MESSAGES, MODEL, ROOT, _client, _post, _refused, offline, server, tok  # noqa: F401 (fixtures)
 
 
 # ---- basic/test_basic.py ---------------------------------------------------------------------
@@ -192,200 +148,66 @@ def test_stream_options_as_vllm(server, endpoint):
 
 
 def test_echo_and_refusals_as_vllm_test_completion(server, tok):
-    """vLLM completion/test_completion.py: test_echo_logprob_completion (the text starts with the
-    prompt, for text and for token ids), test_prompt_logprobs_completion (-1 is a 400; none asked:
-    none given), test_invalid_json_schema / _regex / _grammar (a 400). Differs: echo with logprobs
-    needs the prompt's logprobs, which this server does not return yet, so it is refused by name,
-    as prompt_logprobs is (0 and 1 too) and structured_outputs (not implemented)."""
+    """vLLM completion/test_completion.py: test_echo_logprob_completion (logprobs 1 and 0: the text
+    starts with the prompt, for text and for token ids; the logprobs start with the prompt's, the
+    first null), test_invalid_json_schema / _regex / _grammar (a 400; structured_outputs is refused
+    by name here: not implemented). Also: echo without logprobs is the prompt + the plain answer,
+    and the echoed logprobs are the offline engine's (below, prompt_logprobs)."""
     c = _client(server)
     for prompt in ("Hello, my name is", [0, 0, 0, 0, 0]):
-        r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0.0, echo=True)
         text = tok.decode(prompt) if isinstance(prompt, list) else prompt
         plain = c.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0.0)
+        r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0.0, echo=True)
         assert r.choices[0].text == text + plain.choices[0].text
-        err = _refused(lambda: c.completions.create(model=MODEL, prompt=prompt, max_tokens=5, echo=True, logprobs=1),
-                       "echo")
-        assert "logprobs" in err["message"]
-    prompts = ["A robot may not injure another robot", "My name is"]
-    for k in (-1, 0, 1):
-        _refused(lambda: c.completions.create(model=MODEL, prompt=prompts, extra_body={"prompt_logprobs": k}),
-                 "prompt_logprobs")
-    r = c.completions.create(model=MODEL, prompt=prompts, max_tokens=3)
-    assert all((ch.model_extra or {}).get("prompt_logprobs") is None for ch in r.choices)
+        for logprobs_arg in (1, 0):
+            r = c.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0.0, echo=True,
+                                     logprobs=logprobs_arg)
+            assert r.choices[0].text.startswith(text)
+            lp = r.choices[0].logprobs
+            assert lp is not None and len(lp.text_offset) > 5
+            assert len(lp.token_logprobs) > 5 and lp.token_logprobs[0] is None
+            assert len(lp.top_logprobs) > 5 and lp.top_logprobs[0] is None
+            assert all(max(logprobs_arg, 1) <= len(top) <= logprobs_arg + 1 for top in lp.top_logprobs[1:])
+            assert len(lp.tokens) > 5
+            n = len(r.choices[0].model_extra["prompt_logprobs"])           # the prompt's tokens come first
+            assert lp.token_logprobs[1:n] == [d[str(t)]["logprob"] for d, t in zip(
+                r.choices[0].model_extra["prompt_logprobs"][1:], tok(text)["input_ids"][1:] if isinstance(
+                    prompt, str) else prompt[1:])]
+            streamed = list(c.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0.0,
+                                                 echo=True, logprobs=logprobs_arg, stream=True))
+            first = streamed[0].choices[0].logprobs                  # vLLM: the prompt's with the first token's
+            assert first.token_logprobs[0] is None and first.token_logprobs[:n] == lp.token_logprobs[:n]
+            assert sum((ch.choices[0].logprobs.tokens for ch in streamed), []) == lp.tokens
     _refused(lambda: c.completions.create(model=MODEL, prompt="x", extra_body={"structured_outputs": {"regex": "[.*"}}),
              "structured_outputs")
 
 
-# ---- chat_completion/test_chat.py ------------------------------------------------------------
-
-def test_chat_logprobs_and_a_session_as_vllm_test_chat(server, tok):
-    """vLLM chat_completion/test_chat.py: test_no_logprobs_chat, test_zero_logprobs_chat,
-    test_some_logprobs_chat, test_too_many_chat_logprobs, test_single_chat_session (usage: 5
-    generated, the prompt as the chat template renders it; a second turn), test_prompt_logprobs_chat
-    (-1 a 400; none asked: none given). Differs: prompt_logprobs 0 and 1 are refused by name (not
-    implemented yet); vLLM's content has at least 5 characters for 5 tokens, but this model's
-    byte tokens may join into fewer characters, so at least 1."""
+def test_prompt_logprobs_as_vllm_test_completion(server, tok, offline):
+    """vLLM completion/test_completion.py: test_prompt_logprobs_completion (-1 is a 400; 0 and 1: each
+    choice has them, not empty; none asked: none given). Also: vLLM's shape (null, then per token
+    {"id": {logprob, rank, decoded_token}}), the values the offline engine's RequestOutput.prompt_logprobs
+    (1e-5: float32 on a CPU, the same engine in another process), and prompt_logprobs with stream a 400
+    (vLLM's rule for 1; vLLM takes 0 with stream and sends none, which this server does not ignore)."""
+    from l4_sampler.params import SamplingParams
     c = _client(server)
-    kw = dict(model=MODEL, messages=MESSAGES, max_completion_tokens=5, temperature=0.0)
-    assert c.chat.completions.create(logprobs=False, **kw).choices[0].logprobs is None
-    zero = c.chat.completions.create(logprobs=True, top_logprobs=0, **kw).choices[0].logprobs
-    assert zero.content is not None and len(zero.content[0].top_logprobs) == 0
-    some = c.chat.completions.create(logprobs=True, top_logprobs=5, **kw).choices[0].logprobs
-    assert len(some.content[0].top_logprobs) == 5
-    _refused(lambda: list(c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=10,
-                                                     logprobs=True, top_logprobs=21, stream=True)), "top_logprobs")
-    _refused(lambda: c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=10,
-                                               logprobs=True, top_logprobs=30), "top_logprobs")
-    r = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=5, logprobs=True, top_logprobs=5)
-    n_prompt = len(_chat_ids(tok, MESSAGES))
-    assert r.id is not None and len(r.choices) == 1 and r.choices[0].finish_reason == "length"
-    assert r.usage == openai.types.CompletionUsage(completion_tokens=5, prompt_tokens=n_prompt,
-                                                   total_tokens=n_prompt + 5)
-    assert r.choices[0].message.role == "assistant" and len(r.choices[0].message.content) >= 1
-    turn = MESSAGES + [{"role": "assistant", "content": r.choices[0].message.content},
-                       {"role": "user", "content": "express your result in json"}]
-    assert c.chat.completions.create(model=MODEL, messages=turn, max_completion_tokens=5).choices[0].message.content \
-        is not None
-    for k in (-1, 0, 1):
-        _refused(lambda: c.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"prompt_logprobs": k}),
-                 "prompt_logprobs")
-    assert (r.model_extra or {}).get("prompt_logprobs") is None
-
-
-def test_chat_streaming_n_and_message_forms_as_vllm_test_chat(server):
-    """vLLM chat_completion/test_chat.py: test_chat_streaming (deltas add up to the whole, one
-    finish_reason, the last; role "assistant"), test_chat_completion_n_parameter_non_streaming /
-    _streaming / _n_with_seed / _n_equals_1, test_response_format_text, test_complex_message_content
-    and test_custom_role (text parts and a custom role render as plain text does). Differs:
-    test_extra_fields_allowed: a message's unknown field is refused by name here (the server
-    never ignores a field), and response_format json_object / json_schema are refused (JSON modes
-    are not implemented)."""
-    c = _client(server)
-    kw = dict(model=MODEL, messages=MESSAGES, max_completion_tokens=10, temperature=0.0)
-    whole = c.chat.completions.create(**kw).choices[0]
-    chunks = list(c.chat.completions.create(stream=True, **kw))
-    assert all(ch.choices[0].delta.role in (None, "assistant") for ch in chunks)
-    assert chunks[0].choices[0].delta.role == "assistant"
-    assert [ch.choices[0].finish_reason is not None for ch in chunks].count(True) == 1
-    assert chunks[-1].choices[0].finish_reason == whole.finish_reason and chunks[-1].choices[0].delta.content
-    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == whole.message.content
-    n3 = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=20, temperature=0.7, n=3)
-    assert [ch.index for ch in n3.choices] == [0, 1, 2] and all(ch.message.content for ch in n3.choices)
-    assert len({ch.message.content for ch in n3.choices}) > 1
-    by_index = defaultdict(str)
-    for chunk in c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=15, temperature=0.7,
-                                           n=2, stream=True):
-        for choice in chunk.choices:
-            by_index[choice.index] += choice.delta.content or ""
-    assert sorted(by_index) == [0, 1] and all(by_index.values())
-    seeded = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=10, temperature=0.8,
-                                       n=2, seed=42)
-    assert [ch.index for ch in seeded.choices] == [0, 1]
-    one = c.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=10, n=1)
-    assert len(one.choices) == 1 and one.choices[0].index == 0
-    assert c.chat.completions.create(response_format={"type": "text"}, **kw).choices[0].message.content is not None
-    for fmt in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}):
-        _refused(lambda: c.chat.completions.create(response_format=fmt, **kw), "response_format")
-    text = [{"role": "my-custom-role", "content": "what is 1+1?"}]
-    parts = [{"role": "my-custom-role", "content": [{"type": "text", "text": "what is 1+1?"}]}]
-    a, b = (c.chat.completions.create(model=MODEL, messages=m, max_completion_tokens=8, temperature=0, seed=0)
-            for m in (text, parts))
-    assert a.choices[0].message.content == b.choices[0].message.content
-    err = _refused(lambda: c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "what is 1+1?", "extra_field": "0"}]), "messages")
-    assert err["message"].startswith("messages[0].extra_field: unknown field")
-
-
-def test_long_seed_as_vllm_test_chat(server):
-    """vLLM chat_completion/test_chat.py: test_long_seed (a seed outside int64 is a 400). Differs:
-    vLLM's message is pydantic's ("less_than_equal"); here one line naming the range, in ``param``."""
-    c = _client(server)
-    for seed in (-2**63 - 1, 2**63, 10**30):
-        err = _refused(lambda: c.chat.completions.create(model=MODEL, messages=MESSAGES[:1], temperature=0, seed=seed),
-                       "seed")
-        assert str(seed) in err["message"] and "9223372036854775807" in err["message"]
-    assert c.chat.completions.create(model=MODEL, messages=MESSAGES[:1], max_tokens=2, seed=2**63 - 1).choices
-
-
-def test_stop_token_ids_as_vllm_test_chat_stop_token_ids_validation(server, tok):
-    """vLLM chat_completion/test_chat_stop_token_ids_validation.py: the last id of the vocabulary
-    is taken; one past it is a 400 whose message names the id and the vocabulary's size; a negative
-    id is a 400. Here the error names stop_token_ids in ``param``."""
-    c = _client(server)
-    vocab = len(tok)                                   # the tiny model's vocabulary is its tokenizer's
-    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Testing stop token ids"}], max_tokens=5)
-    assert c.chat.completions.create(extra_body={"stop_token_ids": [vocab - 1]}, **kw).choices[0].message.content \
-        is not None
-    err = _refused(lambda: c.chat.completions.create(extra_body={"stop_token_ids": [vocab + 1]}, **kw),
-                   "stop_token_ids")
-    assert str(vocab + 1) in err["message"] and str(vocab) in err["message"]
-    _refused(lambda: c.chat.completions.create(extra_body={"stop_token_ids": [-1]}, **kw), "stop_token_ids")
-
-
-# ---- basic/test_return_token_ids.py ----------------------------------------------------------
-
-def test_return_token_ids_in_completions_as_vllm(server, tok):
-    """vLLM basic/test_return_token_ids.py: test_basic_completion_with_emoji (prompt_token_ids and
-    token_ids on the choice; the prompt's ids contain its encoding; the ids decode to the text;
-    without the flag neither is there) and the streaming part of
-    test_comparison_with_prompt_logprobs_and_logprobs (the first chunk carries prompt_token_ids,
-    the chunks' token_ids add up). Differs: return_tokens_as_token_ids and prompt_logprobs are
-    refused (not implemented), so the streamed ids are checked against the whole answer's."""
-    c = _client(server)
-    prompt = "Complete this sentence with emojis: I love coding 🚀"
-    kw = dict(model=MODEL, prompt=prompt, max_tokens=10, temperature=0, logprobs=1)
-    r = c.completions.create(extra_body={"return_token_ids": True}, **kw)
-    choice = r.choices[0].model_dump()
-    encoded = tok(prompt, add_special_tokens=False)["input_ids"]
-    got = choice["prompt_token_ids"]
-    assert any(got[i:i + len(encoded)] == encoded for i in range(len(got) - len(encoded) + 1))
-    assert isinstance(choice["token_ids"], list) and len(choice["token_ids"]) > 0
-    assert tok.decode(choice["token_ids"], skip_special_tokens=True).startswith(r.choices[0].text)
-    without = c.completions.create(extra_body={"return_token_ids": False}, **kw).model_dump()
-    assert without["choices"][0].get("token_ids") is None and without.get("prompt_token_ids") is None
-    assert without["choices"][0].get("prompt_token_ids") is None
-    kw = dict(model=MODEL, prompt="Tell me a short fact about Python:", max_tokens=30, temperature=0, logprobs=1,
-              extra_body={"return_token_ids": True})
-    chunks = list(c.completions.create(stream=True, **kw))
-    first = chunks[0].choices[0].model_dump()
-    assert len(first["prompt_token_ids"]) > 0
-    assert all("prompt_token_ids" not in ch.choices[0].model_dump() for ch in chunks[1:])
-    streamed = [t for ch in chunks for t in ch.choices[0].model_dump()["token_ids"]]
-    assert streamed == c.completions.create(**kw).choices[0].model_dump()["token_ids"]
-    assert [t for ch in chunks for t in ch.choices[0].logprobs.tokens] == [tok.decode([t]) for t in streamed]
-    _refused(lambda: c.completions.create(**dict(kw, extra_body={"return_tokens_as_token_ids": True})),
-             "return_tokens_as_token_ids")
-
-
-def test_return_token_ids_in_chat_as_vllm(server, tok):
-    """vLLM basic/test_return_token_ids.py: test_chat_completion_with_emoji_and_token_ids and the
-    token-id half of test_chat_completion_with_tool_use: the response's prompt_token_ids decode to
-    the rendered messages, the choice's token_ids to its text; streamed, the first chunk carries
-    prompt_token_ids (the same ids) and no later chunk has the key at all. Differs: tools are
-    refused (no tool calling)."""
-    c = _client(server)
-    messages = [{"role": "system", "content": "You like to use emojis in your responses."},
-                {"role": "user", "content": "Repeat after me: I love cats 🐱"}]
-    kw = dict(model=MODEL, messages=messages, max_tokens=20, temperature=0, extra_body={"return_token_ids": True})
-    r = c.chat.completions.create(logprobs=True, **kw)
-    assert "prompt_token_ids" in r.model_dump() and r.choices[0].model_dump()["token_ids"]
-    prompt = tok.decode(r.model_dump()["prompt_token_ids"])
-    assert "You like to use emojis in your responses" in prompt and "I love cats 🐱" in prompt
-    assert r.model_dump()["prompt_token_ids"] == _chat_ids(tok, messages)
-    content, ids = "", []
-    chunks = list(c.chat.completions.create(stream=True, **kw))
-    assert tok.decode(chunks[0].model_dump()["prompt_token_ids"]) == prompt
-    for chunk in chunks[1:]:
-        assert "prompt_token_ids" not in chunk.model_dump()
-    for chunk in chunks:
-        if chunk.choices:
-            content += chunk.choices[0].delta.content or ""
-            ids += chunk.choices[0].model_dump().get("token_ids") or []
-    assert content == r.choices[0].message.content and ids == r.choices[0].model_dump()["token_ids"]
-    without = c.chat.completions.create(**dict(kw, extra_body={"return_token_ids": False})).model_dump()
-    assert without.get("prompt_token_ids") is None and without["choices"][0].get("token_ids") is None
-    _refused(lambda: c.chat.completions.create(tools=[{"type": "function", "function": {"name": "get_weather"}}],
-                                               tool_choice="auto", **kw), "tools")
+    prompts = ["A robot may not injure another robot", "My name is"]
+    _refused(lambda: c.completions.create(model=MODEL, prompt=prompts, extra_body={"prompt_logprobs": -1}),
+             "prompt_logprobs")
+    for k in (0, 1):
+        r = c.completions.create(model=MODEL, prompt=prompts, extra_body={"prompt_logprobs": k})
+        want = offline.generate(prompts, SamplingParams(prompt_logprobs=k, max_tokens=1), use_tqdm=False)
+        for ch, w in zip(r.choices, want):
+            got = ch.model_extra["prompt_logprobs"]
+            assert got is not None and len(got) == len(tok(prompts[ch.index])["input_ids"]) and got[0] is None
+            for g, d in zip(got[1:], w.prompt_logprobs[1:]):
+                assert list(g) == [str(t) for t in d] and k <= len(g) <= k + 1
+                for t, lp in d.items():
+                    assert g[str(t)]["rank"] == lp.rank and g[str(t)]["decoded_token"] == lp.decoded_token
+                    assert abs(g[str(t)]["logprob"] - lp.logprob) <= 1e-5
+        _refused(lambda: list(c.completions.create(model=MODEL, prompt=prompts, stream=True,
+                                                   extra_body={"prompt_logprobs": k})), "prompt_logprobs")
+    r = c.completions.create(model=MODEL, prompt=prompts, max_tokens=3)
+    assert all((ch.model_extra or {}).get("prompt_logprobs") is None for ch in r.choices)
 
 
 # ---- completion/test_prompt_validation.py, chat_completion/test_non_object_body_validation.py --
@@ -408,7 +230,7 @@ def test_prompt_validation_as_vllm(server):
             assert ("not valid JSON" if body.startswith(b"this") else "must be a JSON object") in r.json()["error"]["message"]
 
 
-# ---- this server's own: routes, schemas, the fields not implemented yet -----------------------
+# ---- this server's own: routes, schemas, vLLM's sampling fields -----------------------------------
 
 def test_unknown_routes_and_methods_get_openais_error_json_and_docs_show_the_models(server):
     """A wrong route (404) or method (405, with Allow) is OpenAI's error JSON, not FastAPI's
@@ -432,24 +254,22 @@ def test_unknown_routes_and_methods_get_openais_error_json_and_docs_show_the_mod
     assert httpx.get(f"{server}/docs", timeout=10).status_code == 200
 
 
-NOT_YET = [("logit_bias", {"5": 1.0}), ("allowed_token_ids", [5]), ("bad_words", ["x"]),
-           ("skip_special_tokens", False), ("spaces_between_special_tokens", False), ("truncate_prompt_tokens", 3),
-           ("prompt_logprobs", 1)]
+VLLM_FIELDS = [("logit_bias", {"5": 1.0}), ("allowed_token_ids", [5, 6]), ("bad_words", ["x"]),
+               ("skip_special_tokens", False), ("spaces_between_special_tokens", False),
+               ("truncate_prompt_tokens", 3), ("prompt_logprobs", 1)]
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat/completions"])
-def test_fields_the_engine_does_not_take_yet_are_refused_in_one_line_and_their_neutral_values_pass(server, endpoint):
-    """vLLM's fields that SamplingParams is gaining: each is a 400 naming it ("not implemented"),
-    never ignored; its neutral value ({} for logit_bias, true for skip_special_tokens ...) passes.
-    A wrong type says what the field must be, in JSON's words (true, not True)."""
+def test_vllms_sampling_fields_are_taken_and_a_wrong_type_says_what_it_must_be(server, endpoint):
+    """vLLM's fields that SamplingParams takes: each is served (tests/test_l10_sampling_fields.py
+    checks what each does); a wrong type is a 400 naming it that says what the field must be, in
+    JSON's words (true, not True)."""
     base = {"prompt": "x"} if endpoint == "completions" else {"messages": [{"role": "user", "content": "x"}]}
     base["max_tokens"] = 2
-    for name, value in NOT_YET:
-        r = _post(server, f"/v1/{endpoint}", dict(base, **{name: value}))
-        err = r.json()["error"]
-        assert (r.status_code, err["param"]) == (400, name) and "not implemented" in err["message"], r.text
-    neutral = {"logit_bias": {}, "bad_words": [], "skip_special_tokens": True, "spaces_between_special_tokens": True}
-    assert _post(server, f"/v1/{endpoint}", dict(base, **neutral)).status_code == 200
+    for name, value in VLLM_FIELDS:
+        assert _post(server, f"/v1/{endpoint}", dict(base, **{name: value})).status_code == 200, name
+        r = _post(server, f"/v1/{endpoint}", dict(base, **{name: "yes"}))
+        assert (r.status_code, r.json()["error"]["param"]) == (400, name), r.text
     r = _post(server, f"/v1/{endpoint}", dict(base, max_tokens=True))
     assert r.json()["error"]["message"] == "max_tokens: must be an integer >= 1, got true"
     r = _post(server, f"/v1/{endpoint}", dict(base, ignore_eos="yes"))

@@ -190,8 +190,12 @@ BAD = [  # (endpoint, body, status, the param the error names)
     ("completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
     ("completions", {"prompt": "x", "n": 0}, 400, "n"),
     ("completions", {"prompt": "x", "logprobs": 21}, 400, "logprobs"),
-    ("completions", {"prompt": "x", "echo": True, "logprobs": 1}, 400, "echo"),     # needs the prompt's logprobs
-    ("completions", {"prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias"),
+    ("completions", {"prompt": "x", "prompt_logprobs": 1, "stream": True}, 400, "prompt_logprobs"),    # vLLM's rule
+    ("completions", {"prompt": "x", "logit_bias": {"999": 1}}, 400, "logit_bias"),      # outside the vocabulary
+    ("completions", {"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias"),
+    ("completions", {"prompt": "x", "allowed_token_ids": []}, 400, "allowed_token_ids"),
+    ("completions", {"prompt": "x", "bad_words": [" "]}, 400, "bad_words"),
+    ("completions", {"prompt": "x", "truncate_prompt_tokens": 0}, 400, "truncate_prompt_tokens"),
     ("completions", {"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
     ("completions", {"prompt": "x", "stream_options": {"include_usage": True}}, 400, "stream_options"),
     ("completions", {"prompt": [999999]}, 400, "prompt"),
