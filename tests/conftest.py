@@ -117,6 +117,23 @@ def tiny():
     return get
 
 
+@pytest.fixture(scope="session")
+def tiny_server():
+    """(base URL, server): one stage-10 server on the tiny Qwen3 with the server's defaults, per
+    test process, for every module that needs no server of its own (each start costs some 4 s
+    of a 2-core VM). Its tests leave it idle (wait_idle) and judge counters by differences."""
+    from l10_serving import running_server
+    with running_server("tiny-qwen3") as (base, srv):
+        yield base, srv
+
+
+@pytest.fixture(scope="session")
+def tiny_offline():
+    """The offline oracle of the stage-10 tests: the latest stage's LLM built as the server's is."""
+    from l10_serving import offline_llm
+    return offline_llm()
+
+
 def pytest_terminal_summary(terminalreporter, config):
     """The fuzzes' figures (stages 5, 6 and 11): workloads run and invariants checked."""
     n = getattr(config, "_gpu_deselected", 0)

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from l10_serving import offline_llm, running_server, wait_idle
+from l10_serving import wait_idle
 from plumbing.tiny import tiny_checkpoint
 
 MODEL = "tiny-qwen3"
@@ -17,16 +17,16 @@ MESSAGES = [{"role": "system", "content": "you are a helpful assistant"}, {"role
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server(MODEL) as (base, _):
-        yield base
-        wait_idle(base)
+def server(tiny_server):
+    """The process's tiny-Qwen3 server (conftest.py), left idle by each module."""
+    yield tiny_server[0]
+    wait_idle(tiny_server[0])
 
 
 @pytest.fixture(scope="module")
-def offline():
+def offline(tiny_offline):
     """The oracle for values: the same engine, offline, in this process."""
-    return offline_llm()
+    return tiny_offline
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Stage 10: /metrics in vLLM's names and types, read with prometheus_client's own parser, on a
-server of this module's own (its counters start at zero). Ported from vLLM's
+"""Stage 10: /metrics in vLLM's names and types, read with prometheus_client's own parser, on the
+test process's tiny-Qwen3 server (counters judged by their change over the test). Ported from vLLM's
 tests/entrypoints/openai/test_metrics.py: ``test_metrics_counts`` (the counts after ten requests),
 ``test_metrics_exist`` (the names a vLLM dashboard queries) and ``test_abort_metrics_reset``
 (aborted requests leave nothing running, waiting or cached). The expected values come from the
@@ -12,7 +12,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from l10_serving import running_server
+from l10_serving import wait_idle
 
 PROMPT = "Hello my name is Robert and I love magic. " * 3     # two full blocks of 16 and more
 N, MAX_TOKENS = 10, 10
@@ -29,9 +29,9 @@ EXPECTED = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_c
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server("tiny-qwen3", max_num_seqs=8) as (base, srv):
-        yield base, srv
+def server(tiny_server):
+    yield tiny_server
+    wait_idle(tiny_server[0])
 
 
 def samples(base: str) -> dict[str, float]:
@@ -51,10 +51,12 @@ def test_metrics_counts_after_ten_requests(server):
     base, srv = server
     prompt_ids = srv.async_llm.front_tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
     P, client = len(prompt_ids), openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+    wait_idle(base)
+    before = samples(base)
     for _ in range(N):
         client.completions.create(model="tiny-qwen3", prompt=prompt_ids, max_tokens=MAX_TOKENS,
                                   extra_body={"ignore_eos": True})
-    m = samples(base)
+    m = {k: v - before.get(k, 0) for k, v in samples(base).items()}
     expected = {"vllm:time_to_first_token_seconds_count": N, "vllm:e2e_request_latency_seconds_count": N,
                 "vllm:inter_token_latency_seconds_count": N * (MAX_TOKENS - 1),   # one token a step here
                 "vllm:request_queue_time_seconds_count": N, "vllm:request_inference_time_seconds_count": N,

@@ -10,22 +10,22 @@ The validation test ports vLLM's
 import openai
 import pytest
 
-from l10_serving import offline_llm, running_server, wait_idle
+from l10_serving import wait_idle
 
 MODEL = "tiny-qwen3"
 IM_END = 258                                  # the tiny tokenizer's <|im_end|>: a special token
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running_server(MODEL) as (base, _):
-        yield base
-        wait_idle(base)
+def server(tiny_server):
+    """The process's tiny-Qwen3 server (conftest.py), left idle."""
+    yield tiny_server[0]
+    wait_idle(tiny_server[0])
 
 
 @pytest.fixture(scope="module")
-def llm():
-    return offline_llm()
+def llm(tiny_offline):
+    return tiny_offline
 
 
 def _client(base):

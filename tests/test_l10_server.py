@@ -32,9 +32,10 @@ def _ids(choice):
 
 
 @pytest.fixture(scope="module")
-def qwen3():
-    with running_server("tiny-qwen3") as (base, server):
-        yield base, server
+def qwen3(tiny_server):
+    """The process's tiny-Qwen3 server (conftest.py), left idle."""
+    yield tiny_server
+    wait_idle(tiny_server[0])
 
 
 @contextlib.contextmanager
