@@ -1,5 +1,5 @@
 """Stage 10 against vLLM's own server tests (completions, basic, validation, this server's own): their
-assertions, ported to this server (tiny Qwen3 on the CPU, one server for the module, fixtures and
+assertions, ported to this server (tiny Qwen3 on the CPU, the test process's server, fixtures and
 helpers in tests/l10_openai.py) and the real ``openai`` client. Each test names the vLLM file it
 ports (github.com/vllm-project/vllm, ``tests/entrypoints/openai/``) and the vLLM test; where this
 server differs on purpose (a field it refuses rather than ignores, a message worded for people),

@@ -1,14 +1,7 @@
-"""Stage 10 against vLLM's own server tests (chat, and return_token_ids): their
-assertions, ported to this server (tiny Qwen3 on the CPU, one server for the module, fixtures and
-helpers in tests/l10_openai.py) and the real ``openai`` client. Each test names the vLLM file it
-ports (github.com/vllm-project/vllm, ``tests/entrypoints/openai/``) and the vLLM test; where this
-server differs on purpose (a field it refuses rather than ignores, a message worded for people),
-the test asserts what it does instead and says why.
-
-Expected values come from outside the server: the tokenizer (prompt lengths, decoded text),
-pyproject.toml (the version), the request itself, the offline engine (prompt logprobs).
-Consistency checks (a stream adds up to the whole answer) compare the server with itself, as
-vLLM's do."""
+"""Stage 10 against vLLM's own server tests, chat and return_token_ids: their assertions ported
+as tests/test_l10_openai_compat.py ports the completions ones (its docstring gives the rules:
+each test names the vLLM file and test it ports; where this server differs on purpose it says
+why; expected values come from outside the server)."""
 from collections import defaultdict
 
 import openai

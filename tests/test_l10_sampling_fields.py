@@ -10,17 +10,10 @@ The validation test ports vLLM's
 import openai
 import pytest
 
-from l10_serving import wait_idle
+from l10_openai import server  # noqa: F401 (the fixture: the process's server, left idle)
 
 MODEL = "tiny-qwen3"
 IM_END = 258                                  # the tiny tokenizer's <|im_end|>: a special token
-
-
-@pytest.fixture(scope="module")
-def server(tiny_server):
-    """The process's tiny-Qwen3 server (conftest.py), left idle."""
-    yield tiny_server[0]
-    wait_idle(tiny_server[0])
 
 
 @pytest.fixture(scope="module")

@@ -215,11 +215,18 @@ def test_each_check_fails_on_a_planted_violation():
 
 # ---- Ctrl-C: one line, exit 130 ---------------------------------------------------------------
 
+def _ctrl_c_as_in_a_terminal():
+    """SIGINT's default action in the child, as a terminal's foreground job has it: a test run
+    started in the background (``make test &``) ignores SIGINT, and a child inherits that, so
+    Python would never raise KeyboardInterrupt and the script would run to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_a_script_with_one_line_and_status_130():
     """check_chain.py on the tiny model, interrupted once it has started comparing stages: the
     shell's status for SIGINT and one line on stderr, not a traceback."""
     p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "check_chain.py")], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         first = p.stderr.readline()                 # "  ... l1_dense: 0.0 s": main is running
         assert first.startswith("  ..."), f"check_chain.py printed {first!r} first"
@@ -240,7 +247,8 @@ def test_ctrl_c_while_a_benchmark_loads_torch_is_one_line_and_sigint_status():
     line, and the process ends by SIGINT (the shell shows 130). Without benchmarks/__init__.py's
     hook this prints torch's import traceback."""
     p = subprocess.Popen([sys.executable, "-X", "importtime", str(ROOT / "benchmarks" / "bench_e2e.py"), "--quick"],
-                         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         while "benchmarks.outputs" not in p.stderr.readline():    # -X importtime: one line per module loaded
             assert p.poll() is None, "bench_e2e.py exited before it imported benchmarks.outputs"
