@@ -26,6 +26,7 @@ stage given declares is refused in one line, which names the stage that adds it 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -112,14 +113,18 @@ def declared(stages) -> dict[str, Option]:
 
 
 def later_stage_hint(stages) -> Callable[[str], str]:
-    """Which later stage declares an option (stages.py finds them by folder, light: no torch)."""
+    """Which later stage declares an option, or one spelled like it when this engine has none so
+    spelled (stages.py finds them by folder, light: no torch)."""
     def hint(name: str) -> str:
-        for package in stage_packages():
-            number = int(package[1:].split("_")[0])
-            if number > stages[-1].number and any(o.name == name for o in
-                                                  importlib.import_module(f"{package}.options").OPTIONS):
-                return (f"it is an option of stage {number} ({package}), which {stages[-1].name} comes before: "
-                        f"use `from {package} import LLM`")
+        later = {o.name: (number, package) for number, package in
+                 ((int(p[1:].split("_")[0]), p) for p in stage_packages()) if number > stages[-1].number
+                 for o in importlib.import_module(f"{package}.options").OPTIONS}
+        close = difflib.get_close_matches(name, later, n=1)
+        if name in later or (close and not difflib.get_close_matches(name, declared(stages), n=1)):
+            meant = name if name in later else close[0]
+            number, package = later[meant]
+            return (("" if meant == name else f"did you mean {meant!r}? ") + f"it is an option of stage {number} "
+                    f"({package}), which {stages[-1].name} comes before: use `from {package} import LLM`")
         return ""
     return hint
 

@@ -34,6 +34,9 @@ def test_an_earlier_stages_llm_names_the_stage_that_adds_an_option(later, option
     with pytest.raises(UserError, match=rf"it is an option of stage \d+ \({later}\), which l5_scheduler comes "
                                         rf"before: use `from {later} import LLM`"):
         LLM(None, **{option: value})
+    with pytest.raises(UserError, match=rf"'{option[:-1]}': did you mean '{option}'\? it is an option of stage "
+                                        rf"\d+ \({later}\)"):
+        LLM(None, **{option[:-1]: value})         # misspelt: the later stage's option is the close one
 
 
 def test_bad_values_and_unknown_options_are_refused_before_anything_loads(monkeypatch):
