@@ -29,6 +29,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from l5_scheduler.llm import render_chat
 from plumbing.errors import UserError
@@ -114,7 +115,7 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
                     parsed.return_token_ids, parsed.continuous_usage, parsed.echo)
     fmt.top_n = parsed.params.logprobs or 0
     try:
-        sub = llm.submit(parsed.prompts, parsed.params, fmt.id, parsed.fill_max_tokens)
+        sub = llm.submit(parsed.prompts, parsed.params, fmt.id)
     except QueueFull as e:
         raise ApiError(429, str(e), type="rate_limit_exceeded", code="rate_limit_exceeded") from None
     except UserError as e:                              # more sequences than the server ever holds
@@ -123,14 +124,18 @@ async def _serve(request: Request, llm: AsyncLLM, parsed, model_name: str, chat:
         raise failed(e) from None
     try:
         await sub.accepted()
+        fmt.accepted(parsed.prompts, sub.prompt_token_ids)
     except UserError as e:
         raise from_user_error(e, "messages" if chat else "prompt") from None
     except (RequestFailed, EngineDead) as e:            # 500: a bug this request met; 503: the core died
         raise failed(e) from None
-    fmt.accepted(parsed.prompts, sub.prompt_token_ids)
+    except BaseException:                               # anything else, a cancellation too: nothing is left
+        sub.close()                                     # running or counted for a request that is gone
+        raise
     prompt_tokens = sum(len(p) for p in sub.prompt_token_ids)
-    if parsed.stream:
-        return StreamingResponse(_stream(sub, fmt, prompt_tokens), media_type="text/event-stream")
+    if parsed.stream:                                   # close() after the stream, also when its generator never
+        return StreamingResponse(_stream(sub, fmt, prompt_tokens), media_type="text/event-stream",
+                                 background=BackgroundTask(sub.close))   # started (the client left first)
     work = asyncio.ensure_future(_collect(sub, fmt, prompt_tokens))
     gone = asyncio.ensure_future(_disconnected(request))
     await asyncio.wait([work, gone], return_when=asyncio.FIRST_COMPLETED)

@@ -82,9 +82,9 @@ class AsyncLLM:
         except (BrokenPipeError, OSError):                # the core is gone: the reader reports it
             pass
 
-    def submit(self, prompts: list, params: SamplingParams, request_id: str, fill_max_tokens=False) -> Submission:
-        """Hand prompts to the engine core. ``fill_max_tokens``: max_tokens is whatever room the
-        prompt leaves (the chat API's default)."""
+    def submit(self, prompts: list, params: SamplingParams, request_id: str) -> Submission:
+        """Hand prompts to the engine core (``max_tokens=None``: the room each prompt leaves, the
+        engine's rule and the chat API's default)."""
         if self.dead is not None or self.stopping:
             raise EngineDead(self.dead or "the server is shutting down")
         seqs = len(prompts) * params.n
@@ -98,7 +98,7 @@ class AsyncLLM:
         sub = self.subs[key] = Submission(self, key, request_id, len(prompts), params)
         self.pending += seqs
         for i, prompt in enumerate(prompts):
-            self.send(("add", key, i, sub.ids[i], prompt, params, fill_max_tokens))
+            self.send(("add", key, i, sub.ids[i], prompt, params))
         return sub
 
     def forget(self, sub: Submission) -> None:

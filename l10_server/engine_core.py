@@ -2,7 +2,7 @@
 
     python process 1 (the server)                       process 2 (this module)
     -----------------------------                       -----------------------
-    AsyncLLM.submit ----- ("add", key, i, id, prompt, params, fill) --->  make_requests, add_group
+    AsyncLLM.submit ----- ("add", key, i, id, prompt, params) --------->  make_requests, add_group
     Submission.close ---- ("abort", id) ------------------------------->  abort_request
     reader thread  <----- ONE message per step: the new tokens, the rest, the metrics ------  step()
 
@@ -25,7 +25,6 @@ the engine's state is half-updated), so the core reports "dead" and stops: vLLM'
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import time
 import traceback
@@ -169,9 +168,9 @@ class EngineCore:
             self.outbox.send((NO_TOKENS, out, self.snapshot()))
         return True
 
-    def _add(self, key: int, i: int, rid: str, prompt, params, fill: bool):
+    def _add(self, key: int, i: int, rid: str, prompt, params):
         try:
-            params, reqs = self._admit(rid, prompt, params, fill)
+            params, reqs = self._admit(rid, prompt, params)
         except Exception as e:                     # ANY error: this request's, never the core's
             return key, "ack", i, refusal(e)
         lp, plp = params.logprobs is not None, params.prompt_logprobs is not None
@@ -182,16 +181,9 @@ class EngineCore:
         self.counts["prompt_tokens"] += len(reqs[0].prompt_ids)
         return key, "ack", i, list(reqs[0].prompt_ids)
 
-    def _admit(self, rid: str, prompt, params, fill: bool):
+    def _admit(self, rid: str, prompt, params):
         """Check the prompt and add its sequences; whatever of it got in leaves again if this raises."""
         eng = self.engine
-        if fill:                                   # the room this prompt leaves (encoded once, here)
-            ids, k = eng.prompt_ids(prompt), params.truncate_prompt_tokens
-            if k is not None:                      # the engine keeps the last k: the room is after that
-                ids = ids[-(eng.config.max_model_len if k == -1 else k):]
-            prompt = {"prompt_token_ids": ids}
-            room = min(eng.config.max_model_len, eng.config.capacity) - len(prompt["prompt_token_ids"])
-            params = dataclasses.replace(params, max_tokens=max(room, 1))
         rid, reqs = eng.make_requests(prompt, params, rid)
         try:
             eng.add_group(rid, reqs)

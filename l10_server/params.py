@@ -37,7 +37,6 @@ class Parsed:
     stream: bool = False
     include_usage: bool = False      # one last chunk carries the usage
     continuous_usage: bool = False   # ... and every chunk the usage so far
-    fill_max_tokens: bool = False    # max_tokens: whatever room the prompt leaves
     model: str | None = None
     return_token_ids: bool = False
     echo: bool = False
@@ -58,7 +57,7 @@ def from_user_error(e: UserError, default_param: str) -> ApiError:
     return ApiError(400, str(e), default_param)
 
 
-def sampling_params(body: SamplingFields, max_tokens: int, logprobs: int | None) -> SamplingParams:
+def sampling_params(body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
     kw = {}
     for name in ENGINE_FIELDS:
         value = getattr(body, name)
@@ -104,6 +103,6 @@ def chat_messages(body: ChatCompletionRequest) -> list[dict]:
 
 def parse_chat(body: ChatCompletionRequest) -> Parsed:
     max_tokens = body.max_completion_tokens or body.max_tokens
-    params = sampling_params(body, max_tokens or 1, (body.top_logprobs or 0) if body.logprobs else None)
-    return Parsed([], params, fill_max_tokens=max_tokens is None, extra={"messages": chat_messages(body)},
+    params = sampling_params(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None)
+    return Parsed([], params, extra={"messages": chat_messages(body)},
                   **_stream(body))

@@ -46,7 +46,9 @@ def wait_idle(base: str, timeout: float = 30.0) -> dict[str, float]:
         if m["num_requests_running"] == m["num_requests_waiting"] == m["kv_blocks_used"] == m["num_requests_pending"] == 0:
             return m
         if time.monotonic() > deadline:
-            raise AssertionError(f"the server did not go idle in {timeout} s: {m}")
+            busy = {k: m[k] for k in ("num_requests_running", "num_requests_waiting", "kv_blocks_used",
+                                      "num_requests_pending")}
+            raise AssertionError(f"the server did not go idle in {timeout} s: {busy}")
         time.sleep(0.05)
 
 

@@ -39,7 +39,7 @@ def llm():
 def _run(llm, prompts):
     """Serve ``prompts`` (submission key = index) to the end; (acks by key, finished ids by key, messages)."""
     out = Outbox()
-    EngineCore(llm.llm_engine, out).run(Inbox([("add", k, 0, f"r{k}", p, GREEDY, False) for k, p in enumerate(prompts)]))
+    EngineCore(llm.llm_engine, out).run(Inbox([("add", k, 0, f"r{k}", p, GREEDY) for k, p in enumerate(prompts)]))
     acks, ids = {}, {}
     for msg in out:
         if msg[0] == "dead":

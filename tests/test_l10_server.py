@@ -183,6 +183,9 @@ def test_chat_without_max_tokens_gets_the_room_the_prompt_leaves(qwen3):
     r = _client(base).chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}],
                                               temperature=0, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length" and r.usage.total_tokens == 1024
+    r = _client(base).chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "hi"}],
+                                              max_tokens=None, temperature=0, extra_body={"min_tokens": 5})
+    assert r.usage.completion_tokens >= 5          # min_tokens without max_tokens: vLLM takes it, and so here
 
 
 BAD = [  # (endpoint, body, status, the param the error names)

@@ -176,3 +176,25 @@ def test_a_bad_flag_is_refused_before_torch_loads():
                         "try:\n    m.main(['--port', '70000'])\nexcept Exception as e:\n    print(e)\n"
                         "print('torch' in sys.modules)"], capture_output=True, text=True, timeout=60)
     assert "--port must be in [0, 65535]" in r.stdout and r.stdout.strip().endswith("False")
+
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_error_after_the_engine_took_the_request_leaves_nothing_in_flight(tiny_server, monkeypatch, stream):
+    """Whatever raises between the engine core's ack and the response (here a planted bug in the
+    formatter; a client gone before a stream's generator ever ran is the same path) closes the
+    submission: the request is aborted and counted out, so --max-pending does not fill up."""
+    from l10_server.responses import Formatter
+    base, srv = tiny_server
+    real = Formatter.accepted
+
+    def buggy(self, prompts, ids):
+        if self.top_n == 3:                                   # only this test's requests
+            raise RuntimeError("a formatter bug")
+        return real(self, prompts, ids)
+    monkeypatch.setattr(Formatter, "accepted", buggy)
+    body = {"prompt": PROMPT, "max_tokens": 200, "ignore_eos": True, "logprobs": 3, "stream": stream}
+    r = httpx.post(f"{base}/v1/completions", json=body, timeout=BOUND)
+    assert r.status_code == 500 and "a formatter bug" in r.json()["error"]["message"]
+    wait_idle(base)
+    assert srv.async_llm.pending == 0 and not srv.async_llm.subs
