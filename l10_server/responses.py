@@ -185,7 +185,7 @@ class Formatter:
         plps = {k: prompt_logprobs_json(v) for k, v in self.prompt_logprobs.items()}
         if not self.chat and plps:
             for c in choices:
-                c["prompt_logprobs"] = plps[c["index"] // self.n]
+                c["prompt_logprobs"] = plps.get(c["index"] // self.n)      # (None: aborted before its prompt ran)
         out = {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                "created": self.created, "model": self.model, "choices": choices, "usage": usage}
         if self.chat and self.return_token_ids:

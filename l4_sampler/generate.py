@@ -25,6 +25,14 @@ def sample_generate(engine, prompt_ids: list[int], params: SamplingParams, eos_i
     if params.n != 1:
         raise UserError(f"SamplingParams.n={params.n}: stage 4 generates one sequence per call; n > 1 needs "
                         "stage 5's engine (l5_scheduler.LLM), or call this n times with different seeds.")
+    later = [name for name, on in (("bad_words", params.bad_words),
+                                   ("prompt_logprobs", params.prompt_logprobs is not None),
+                                   ("truncate_prompt_tokens", params.truncate_prompt_tokens is not None),
+                                   ("detokenize", not params.detokenize),
+                                   ("skip_special_tokens", not params.skip_special_tokens)) if on]
+    if later:                                               # never silently ignored
+        raise UserError(f"SamplingParams.{later[0]}: stage 4's generate loop does not apply it; stage 5's engine "
+                        "(l5_scheduler.LLM) does.")
     sampler = sampler or Sampler()
     row = RowState(params, list(prompt_ids), [], tuple(eos_ids))
     stops = StopChecker(params, len(prompt_ids), max_model_len, eos_ids, decode)

@@ -183,7 +183,7 @@ class SamplingParams:
                 raise _fail("logit_bias", v, bias)
             out = {}
             for k, b in bias.items():
-                tid = int(k) if isinstance(k, str) and k.isdigit() else k     # JSON keys are strings
+                tid = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else k   # JSON keys are strings
                 if isinstance(tid, bool) or not isinstance(tid, int) or tid < 0:
                     raise _fail("logit_bias", v + f"; key {k!r} is not a token id", bias)
                 if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):

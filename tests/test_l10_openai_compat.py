@@ -62,7 +62,7 @@ def test_single_completion_and_logprobs_as_vllm_test_completion(server, tok):
     assert max(len(top) for top in some.top_logprobs) >= 5
     _refused(lambda: c.completions.create(logprobs=21, **kw), "logprobs")
     _refused(lambda: list(c.completions.create(logprobs=30, stream=True, **kw)), "logprobs")
-    assert len(c.completions.create(**kw).choices[0].text) >= 0          # the server still works
+    assert c.completions.create(**kw).choices[0].finish_reason in ("length", "stop")   # the server still works
 
 
 def test_completion_streaming_and_batches_as_vllm_test_completion(server):

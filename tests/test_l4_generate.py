@@ -73,3 +73,14 @@ def test_l4_smoke_rejects_bad_params_naming_the_field(flag, value, field):
     from plumbing.errors import UserError
     with pytest.raises(UserError, match=f"SamplingParams.{field}"):
         l4_main([flag, value])
+
+
+@pytest.mark.parametrize("field,value", [("bad_words", ["the"]), ("prompt_logprobs", 1), ("truncate_prompt_tokens", 4),
+                                         ("detokenize", False), ("skip_special_tokens", False)])
+def test_l4_generate_refuses_what_only_stage_5_applies(tiny, field, value):
+    """Never silently ignored: stage 4's loop names the field and the stage that applies it."""
+    from plumbing.errors import UserError
+    model, _ = tiny("qwen3")
+    with pytest.raises(UserError, match=f"SamplingParams.{field}: stage 4's generate loop does not apply it"):
+        sample_generate(PagedEngine(model, 16, 16, impl="torch"), [1, 2, 3],
+                        SamplingParams(max_tokens=2, **{field: value}))
