@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from l10_server.protocol import _CHAT, _COMPLETIONS, _SAMPLING
 
 BOUND = 30.0                                   # seconds a request may take; the fuzz server's longest is < 1 s
-PINNED = ("completions", {"prompt": "a\ud800b", "max_tokens": 3})          # issue 38: it stopped the engine core
+PINNED = ("completions", {"prompt": "a\ud800b", "max_tokens": 3})          # once, it stopped the engine core
 # a connection per request: on a kept-alive one each request waited 40 ms (Nagle's algorithm against
 # a delayed ACK: serve.running_in_thread's socket has proto 0, so asyncio leaves TCP_NODELAY off)
 FRESH = httpx.Limits(max_keepalive_connections=0)

@@ -1,4 +1,4 @@
-"""Issue 38's engine core, planted for tests/test_l10_fuzz.py: the engine core process (spawned: it
+"""The unguarded engine core, planted for tests/test_l10_fuzz.py: the engine core process (spawned: it
 imports this module by name, tests/ being on the path) undoes the two fixes in its own modules,
 then runs as usual.
 
@@ -18,7 +18,7 @@ def narrowed_refusal(e):
     return e
 
 
-def run_issue_38_core(model, llm_kwargs, inbox, outbox):
+def run_unguarded_core(model, llm_kwargs, inbox, outbox):
     import l5_scheduler.request
     import l10_server.engine_core
     l5_scheduler.request.encode = raw_encode

@@ -76,7 +76,7 @@ def test_any_admission_error_fails_that_request_alone_and_the_others_are_served_
     assert not any(msg[0] == "dead" for msg in out) and _free(llm)
 
 
-def test_with_issue_38s_narrowing_planted_the_same_bug_stops_the_core(llm, monkeypatch):
+def test_with_the_narrow_except_planted_the_same_bug_stops_the_core(llm, monkeypatch):
     import l10_planted_core
     monkeypatch.setattr(engine_core, "refusal", l10_planted_core.narrowed_refusal)
     monkeypatch.setattr(llm.llm_engine, "make_requests", lambda *a: {}["a bug"])

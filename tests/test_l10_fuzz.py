@@ -1,11 +1,11 @@
-"""Stage 10: no request can stop the server (issue 38). Arbitrary JSON bodies for /v1/completions and
+"""Stage 10: no request can stop the server. Arbitrary JSON bodies for /v1/completions and
 /v1/chat/completions (tests/l10_fuzz_bodies.py) are each answered within a time bound with 2xx or
 OpenAI's 4xx error JSON, never 5xx; after each one the engine core is alive and idle, every KV
 block free. The server: tiny-qwen3 on the CPU, max_model_len 64 (every request is short), at most
 8 sequences in flight.
 
 The default tier runs 100 derandomized examples and the pinned ones (each failed at the commit
-before issue 38's fix); ``deep`` runs 3,000. The check can fail: with issue 38's engine core
+before the engine core took any error as the request's); ``deep`` runs 3,000. The check can fail: with the unguarded engine core
 planted, the pinned lone surrogate (``PINNED``) fails it (tests/test_l10_server_lifecycle.py, a
 server of its own)."""
 import time

@@ -1,5 +1,5 @@
 """Stage 10: servers of their own, each started and stopped by its test: a full queue answers 429,
-an engine core that dies (issue 38's core meeting a lone surrogate; a SIGKILL) answers every client
+an engine core that dies (the unguarded core meeting a lone surrogate; a SIGKILL) answers every client
 in flight at once and stops the server (the CLI then exits 1), the CLI starts, serves and stops
 on SIGTERM, and a bad flag is refused before torch loads. Every loop is bounded (client timeouts,
 polling deadlines). The module's one shared server: tests/test_l10_server.py."""
@@ -43,21 +43,21 @@ def _until(cond, what: str, timeout: float = 10) -> None:
         time.sleep(0.01)
 
 
-@pytest.mark.parametrize("how", ["issue-38", pytest.param("sigkill", marks=pytest.mark.deep)])
+@pytest.mark.parametrize("how", ["unguarded-core", pytest.param("sigkill", marks=pytest.mark.deep)])
 def test_a_dying_engine_core_answers_every_client_at_once_and_the_server_exits(how, monkeypatch):
     """The core dies with clients in flight: a stream (it gets an error event, then [DONE]), a whole
     request (503) and one that waits for its ack (503). Each is answered within 5 s, and the server
     stops (``python -m l10_server`` then exits 1: a supervisor starts a fresh one).
 
-    issue-38: issue 38's engine core (tests/l10_planted_core.py) meets the fuzz's pinned lone
+    unguarded-core: the unguarded engine core (tests/l10_planted_core.py) meets the fuzz's pinned lone
     surrogate, which therefore fails the fuzz's check (a 503, not a 400). sigkill: the core is killed."""
     import os
     import signal
 
     import l10_planted_core
     import l10_server.async_llm
-    if how == "issue-38":
-        monkeypatch.setattr(l10_server.async_llm, "run_engine_core", l10_planted_core.run_issue_38_core)
+    if how == "unguarded-core":
+        monkeypatch.setattr(l10_server.async_llm, "run_engine_core", l10_planted_core.run_unguarded_core)
     long = {"prompt": PROMPT, "max_tokens": 1000, "ignore_eos": True}
     answers: dict = {}
     with running_server("tiny-qwen3") as (base, srv):

@@ -147,7 +147,7 @@ def test_get_tokenizer_and_chat_render_the_chat_template():
 
 
 def test_a_lone_surrogate_is_one_line_user_error_naming_it_in_generate_add_request_and_chat():
-    """Issue 38: the tokenizer raised TypeError on "a\\ud800b" (a JSON "\\ud800" escape gives one).
+    """The tokenizer raises TypeError on "a\\ud800b" (a JSON "\\ud800" escape gives one).
     Offline it is a UserError naming the problem, where, and the fix; nothing is left in the engine."""
     llm = LLM(None, dtype="float32", impl="torch")
     e, bad = llm.llm_engine, "a\ud800b"
