@@ -51,3 +51,7 @@ class BlockManager(BlockAllocator):
     def reset_prefix_cache(self) -> bool:
         """vLLM's ``LLM.reset_prefix_cache``, asked of the KV manager: this one remembers nothing."""
         return True
+
+    def metrics(self) -> list[tuple]:
+        """The KV manager's own counters for ``LLM.get_metrics()`` (name, kind, value, help): none here."""
+        return []

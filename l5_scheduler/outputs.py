@@ -81,8 +81,7 @@ def engine_metrics(engine) -> list[Metric]:
            Metric("vllm:num_requests_waiting", "gauge", len(sched.waiting), "requests in the queue"),
            Metric("vllm:kv_cache_usage_perc", "gauge", 1 - kv.num_free / kv.num_blocks, "share of KV blocks held"),
            Metric("vllm:num_preemptions", "counter", sched.num_preemptions, "preemptions since start")]
-    stats = getattr(kv, "stats", None)                    # a KV manager that counts its own (name, kind, value, help)
-    return out + [Metric(*m) for m in (stats.metrics() if hasattr(stats, "metrics") else ())]
+    return out + [Metric(*m) for m in kv.metrics()]       # the KV manager's own counters, if it keeps any
 
 
 @dataclass(slots=True)

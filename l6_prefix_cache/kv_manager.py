@@ -73,6 +73,9 @@ class KVCacheManager:
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset_prefix_cache()
 
+    def metrics(self) -> list[tuple]:
+        return self.stats.metrics()
+
     def blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.block_size)
 

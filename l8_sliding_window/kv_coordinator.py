@@ -51,6 +51,10 @@ class KVCacheCoordinator:
     def reset_prefix_cache(self) -> bool:
         return self.pool.reset_prefix_cache()
 
+    def metrics(self) -> list[tuple]:
+        """No prefix-cache hit counters here yet (stage 6's manager counts them): none reported."""
+        return []
+
     def blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.block_size)
 
