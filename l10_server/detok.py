@@ -20,6 +20,7 @@ The invariant, tested: the deltas concatenated equal the non-streamed text, for 
 """
 from __future__ import annotations
 
+from l5_scheduler.request import decoder  # the engine's: the deltas must add up to its text
 from plumbing.exercise import learner_can_replace
 
 
@@ -35,15 +36,6 @@ def decode_step(decode, ids: list[int], prefix: int, read: int) -> tuple[str, in
     if len(after) > len(before) and not after.endswith("\ufffd"):
         return after[len(before):], read, len(ids)
     return "", prefix, read
-
-
-def decoder(tokenizer, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True):
-    """``decode(ids) -> str`` with a request's special-token options, as the engine decodes its text
-    (``LLMEngine.decoder``): the deltas must add up to that text."""
-    if skip_special_tokens and spaces_between_special_tokens:
-        return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
-                                        spaces_between_special_tokens=spaces_between_special_tokens)
 
 
 class IncrementalDetokenizer:

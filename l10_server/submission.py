@@ -16,9 +16,10 @@ import asyncio
 from dataclasses import dataclass
 
 from l5_scheduler.outputs import logprob_dict
+from l5_scheduler.request import decoder
 from plumbing.errors import UserError
 
-from .detok import IncrementalDetokenizer, decoder
+from .detok import IncrementalDetokenizer
 
 
 @dataclass

@@ -43,7 +43,7 @@ from plumbing.errors import UserError
 
 from .config import EngineConfig
 from .outputs import RequestOutput, StepOutput, StepStats, completion, prompt_logprobs, request_metrics, step_stats
-from .request import Request, RequestStatus, check_encodable, prompt_token_ids
+from .request import Request, RequestStatus, check_encodable, decoder, prompt_token_ids
 from .step import PlainStep
 
 
@@ -70,10 +70,9 @@ class LLMEngine:
         tokenizers ignore the second), or None: no tokenizer, or detokenize=False."""
         if self.tokenizer is None or not params.detokenize:
             return None
-        skip, spaces = params.skip_special_tokens, params.spaces_between_special_tokens
-        if skip and spaces:
+        if params.skip_special_tokens and params.spaces_between_special_tokens:
             return self._decode
-        return lambda ids: self.tokenizer.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=spaces)
+        return decoder(self.tokenizer, params.skip_special_tokens, params.spaces_between_special_tokens)
 
     def prompt_ids(self, prompt) -> list[int]:
         """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""

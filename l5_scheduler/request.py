@@ -128,6 +128,15 @@ def encode(tokenizer, text: str) -> list[int]:
                         "prompt's text, or send {\"prompt_token_ids\": [...]}.") from None
 
 
+def decoder(tokenizer, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True):
+    """``decode(ids) -> str`` with a request's special-token options (fast tokenizers ignore the
+    second): the engine's text and the server's streamed deltas both decode with it."""
+    if skip_special_tokens and spaces_between_special_tokens:
+        return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=skip_special_tokens,
+                                        spaces_between_special_tokens=spaces_between_special_tokens)
+
+
 def prompt_token_ids(prompt, tokenizer, V: int) -> list[int]:
     """A string (needs a tokenizer) or ``{"prompt_token_ids": [...]}`` -> checked ids."""
     if isinstance(prompt, str):
