@@ -222,22 +222,31 @@ def _ctrl_c_as_in_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_ctrl_c_stops_a_script_with_one_line_and_status_130():
-    """check_chain.py on the tiny model, interrupted once it has started comparing stages: the
-    shell's status for SIGINT and one line on stderr, not a traceback."""
-    p = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "check_chain.py")], cwd=ROOT, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_ctrl_c_as_in_a_terminal)
+def _interrupt(argv: list, started, timeout: float) -> tuple[int, str]:
+    """Run ``argv``, read its stderr until ``started(line)``, send SIGINT; (exit status, all its stderr)."""
+    p = subprocess.Popen(argv, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=_ctrl_c_as_in_a_terminal)
+    head = []
     try:
-        first = p.stderr.readline()                 # "  ... l1_dense: 0.0 s": main is running
-        assert first.startswith("  ..."), f"check_chain.py printed {first!r} first"
+        while not started(line := p.stderr.readline()):
+            assert line and p.poll() is None, f"{argv[-1]} exited before it started"
+            head.append(line)
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=120)
+        _, err = p.communicate(timeout=timeout)
     finally:
         if p.poll() is None:
             p.kill()
             p.communicate()
+    return p.returncode, "".join(head) + line + err
+
+
+def test_ctrl_c_stops_a_script_with_one_line_and_status_130():
+    """check_chain.py on the tiny model, interrupted once it has started comparing stages: the
+    shell's status for SIGINT and one line on stderr, not a traceback."""
+    rc, err = _interrupt([sys.executable, str(ROOT / "scripts" / "check_chain.py")],
+                         lambda line: line.startswith("  ..."), 120)    # "  ... l1_dense: 0.0 s": main is running
     lines = [ln for ln in err.splitlines() if not ln.startswith("  ... ")]
-    assert p.returncode == 130, f"exit status {p.returncode}; stderr:\n{err}"
+    assert rc == 130, f"exit status {rc}; stderr:\n{err}"
     assert "Traceback" not in err
     assert len(lines) == 1 and "interrupt" in lines[0].lower(), f"stderr after the progress lines: {lines}"
 
@@ -246,18 +255,8 @@ def test_ctrl_c_while_a_benchmark_loads_torch_is_one_line_and_sigint_status():
     """A benchmark interrupted before its main() runs (flags parsed, torch still importing): one
     line, and the process ends by SIGINT (the shell shows 130). Without benchmarks/__init__.py's
     hook this prints torch's import traceback."""
-    p = subprocess.Popen([sys.executable, "-X", "importtime", str(ROOT / "benchmarks" / "bench_e2e.py"), "--quick"],
-                         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         preexec_fn=_ctrl_c_as_in_a_terminal)
-    try:
-        while "benchmarks.outputs" not in p.stderr.readline():    # -X importtime: one line per module loaded
-            assert p.poll() is None, "bench_e2e.py exited before it imported benchmarks.outputs"
-        p.send_signal(signal.SIGINT)                # now in torch's import (seconds of it)
-        _, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    rc, err = _interrupt([sys.executable, "-X", "importtime", str(ROOT / "benchmarks" / "bench_e2e.py"), "--quick"],
+                         lambda line: "benchmarks.outputs" in line, 60)  # -X importtime: a line per module; then torch
     lines = [ln for ln in err.splitlines() if not ln.startswith("import time:")]
-    assert p.returncode in (-signal.SIGINT, 130), f"exit status {p.returncode}; stderr:\n{err[-2000:]}"
+    assert rc in (-signal.SIGINT, 130), f"exit status {rc}; stderr:\n{err[-2000:]}"
     assert lines == ["interrupted (Ctrl-C)"], lines[-20:]
