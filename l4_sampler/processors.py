@@ -59,12 +59,12 @@ def apply_processors(z: torch.Tensor, rows) -> torch.Tensor:
         return z
     from .sampler import to_device                          # (sampler.py imports this module)
     allowed = [(i, r.params.allowed_token_ids) for i, r in mine if r.params.allowed_token_ids]
-    if allowed:
-        ban = torch.zeros(B, V, dtype=torch.bool)            # [B, V] host, then one copy
-        for i, ids in allowed:
-            ban[i] = True
-            ban[i, ids] = False
-        z = z.masked_fill(ban.to(z.device, non_blocking=True), NEG_INF)
+    if allowed:                                               # only the rows that ask: [k, V] host, one copy
+        keep = torch.zeros(len(allowed), V, dtype=torch.bool)
+        for j, (_, ids) in enumerate(allowed):
+            keep[j, ids] = True
+        at = to_device([i for i, _ in allowed], torch.int64, z.device)
+        z = z.index_copy(0, at, z.index_select(0, at).masked_fill(~keep.to(z.device, non_blocking=True), NEG_INF))
     flat = [i * V + t for i, r in mine if r.bad_words_ids for t in banned_by_bad_words(r.bad_words_ids, r.output_ids)]
     if flat:                                                  # flat index row * V + token, as min_tokens
         z.view(-1).index_fill_(0, to_device(flat, torch.int64, z.device), NEG_INF)
