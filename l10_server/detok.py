@@ -20,7 +20,6 @@ The invariant, tested: the deltas concatenated equal the non-streamed text, for 
 """
 from __future__ import annotations
 
-from l5_scheduler.request import decoder  # the engine's: the deltas must add up to its text
 from plumbing.exercise import learner_can_replace
 
 
@@ -42,6 +41,9 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer, stop=(), include_stop_str_in_output: bool = False, skip_special_tokens: bool = True,
                  spaces_between_special_tokens: bool = True):
         self.tokenizer = tokenizer
+        # the engine's decoder, so that the deltas add up to its text; imported here, since importing
+        # l10_server must not load torch (the CLI checks its flags first)
+        from l5_scheduler.request import decoder
         self._decode = decoder(tokenizer, skip_special_tokens, spaces_between_special_tokens)
         self.ids: list[int] = []
         self.prefix = self.read = 0           # ids[prefix:read] were decoded already, as context
