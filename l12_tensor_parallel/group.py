@@ -1,0 +1,184 @@
+"""Rank 0's side of tensor parallelism: the other ranks started, each step's inputs sent, failures named.
+
+The engine core (scheduler, KV manager, sampler, stop checks) runs once, in this process, which is
+rank 0. Ranks 1..tp-1 are worker processes (worker.py) that each hold a shard of the model and a KV
+cache for its heads, and do nothing but forward passes:
+
+    rank 0                                             rank r (worker.py)
+    runner.execute(out) -> model(ids, cache, meta)     waits on its pipe
+      pack(ids, meta) -> each worker's pipe  ------->  unpack -> model(ids, its cache, meta)
+      forward, shard 0     <--- all-reduces --->       forward, shard r
+      lm_head: gather  <-----------------------------  its vocabulary's logits
+    logits [S, V] -> sampler, stop checks
+
+The send is the model's own ``forward`` (replaced on this one model object), so every path that runs
+the model (eager steps, speculative verification, async scheduling's on-device token fill, a GPU's
+warm-up) sends its inputs exactly as it runs them; the block tables are identical on every rank
+because they are sent. Start: fork on a CPU (the workers inherit the imported modules; vLLM's
+default), spawn where CUDA is used. A worker that dies, hangs or raises stops the engine with one
+line (``RankFailed``); ``close`` (also at exit, and after a failure) stops every worker, never hangs.
+"""
+from __future__ import annotations
+
+import datetime
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import time
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from plumbing.errors import UserError
+
+from .comm import Comm, pack, process_group
+from .layers import install
+from .shard import shard_model
+
+START_TIMEOUT_S = 600.0       # a worker loads its shard and builds its cache within this
+STOP_TIMEOUT_S = 5.0          # close(): how long workers get to leave before they are terminated
+
+
+class RankFailed(RuntimeError):
+    """A tensor-parallel rank died, hung or raised: the engine cannot step any more."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to build its rank of the engine: the same checkpoint, sizes and options."""
+    path: str
+    device: str
+    dtype: torch.dtype
+    config: object                  # rank 0's EngineConfig before the KV cache's maker settled it
+    given: dict                     # the options given, less this stage's
+    impl: str
+    stages: tuple                   # the stage packages whose parts it builds (this one's excluded)
+    backend: str
+    timeout_s: float
+
+
+def _how(p) -> str:
+    code = p.exitcode
+    return "is running" if code is None else f"was killed by signal {-code}" if code < 0 else f"exited ({code})"
+
+
+def _shutdown(procs, conns) -> None:
+    """Stop every worker: a stop message, a bounded wait, then terminate and kill. Never hangs."""
+    for c in conns:
+        try:
+            c.send_bytes(b"")
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for sig in ("terminate", "kill"):
+        for p in procs:
+            if p.is_alive():
+                getattr(p, sig)()
+                p.join(1.0)
+    for c in conns:
+        c.close()
+
+
+class TensorParallel:
+    def __init__(self, model, spec: WorkerSpec, tp: int):
+        self.model, self.spec, self.tp = model, spec, tp
+        self.closed, self.failed = False, None
+        store = dist.TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=START_TIMEOUT_S))
+        ctx = mp.get_context("spawn" if spec.device.startswith("cuda") else "fork")
+        self.procs, self.conns = [], []
+        from .worker import main
+        for rank in range(1, tp):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=main, args=(rank, tp, store.port, theirs, spec, tuple(self.conns) + (mine,)),
+                            name=f"tp-rank-{rank}", daemon=True)
+            p.start()
+            theirs.close()
+            self.procs.append(p)
+            self.conns.append(mine)
+        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns)
+        try:
+            self._wait_ready()
+            self.pg = process_group(spec.backend, store, 0, tp, spec.timeout_s)
+        except BaseException:
+            self.close()
+            raise
+        self.store = store
+        shard_model(model, 0, tp)
+        self.hooks = install(model, Comm(self.pg, 0, tp))
+        self.inner = model.forward
+        model.forward = self.forward                 # this model object only: the step's inputs go out first
+        model.tensor_parallel = self
+
+    def _wait_ready(self) -> None:
+        waiting = dict(zip(self.conns, range(1, self.tp)))
+        sentinels = {p.sentinel: r for r, p in enumerate(self.procs, 1)}
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while waiting:
+            ready = mpc.wait(list(waiting) + list(sentinels), timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise RankFailed(f"tensor-parallel ranks {sorted(waiting.values())} did not start within "
+                                 f"{START_TIMEOUT_S:.0f} s.")
+            for c in ready:
+                if c in waiting:
+                    kind, line = c.recv()
+                    if kind == "error":
+                        raise UserError(f"tensor-parallel rank {waiting[c]}: {line}")
+                    del waiting[c]
+                elif sentinels[c] in waiting.values():
+                    p = self.procs[sentinels[c] - 1]
+                    raise RankFailed(f"tensor-parallel rank {sentinels[c]} (pid {p.pid}) {_how(p)} while starting.")
+
+    # ---- each step --------------------------------------------------------------------------------
+    def forward(self, input_ids, kv, meta, ops=None):
+        if self.closed:
+            raise RankFailed(self.failed or "the tensor-parallel ranks were shut down (close()): build a new engine.")
+        msg = pack(input_ids, meta, ops is None)
+        try:
+            for c in self.conns:
+                c.send_bytes(msg)
+            return self.inner(input_ids, kv, meta, ops=ops)
+        except Exception as e:
+            err = self.failure(e)
+            if err is e:
+                raise
+            raise err from None
+
+    def failure(self, e: Exception) -> Exception:
+        """The error to raise for ``e``: a ``RankFailed`` naming the rank when a worker died, hung or
+        raised (every worker is then stopped); ``e`` itself when the ranks are fine (a bug here)."""
+        mpc.wait([p.sentinel for p in self.procs], timeout=1.0)     # a death is seen within a second
+        lines = {}
+        for r, c in enumerate(self.conns, 1):
+            try:
+                while c.poll():
+                    kind, line = c.recv()
+                    lines[r] = line
+            except (OSError, EOFError):
+                pass
+        dead = [(r, p) for r, p in enumerate(self.procs, 1) if p.exitcode is not None]
+        if dead:
+            r, p = dead[0]
+            why = f": {lines[r]}" if r in lines else ""
+            msg = f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)}{why}; the engine stops."
+        elif "timed out" in str(e).lower() or "timeout" in str(e).lower():
+            msg = (f"a tensor-parallel collective waited {self.spec.timeout_s:.0f} s for a rank that did not answer "
+                   "(a hung worker); the engine stops.")
+        elif isinstance(e, (OSError, EOFError)) or lines:
+            msg = f"tensor-parallel ranks failed ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})" \
+                  f"{'; ' + '; '.join(f'rank {r}: {x}' for r, x in lines.items()) if lines else ''}; the engine stops."
+        else:
+            return e
+        self.failed = msg
+        self.close()
+        return RankFailed(msg)
+
+    def close(self) -> None:
+        """Stop the workers (idempotent; also at exit and after a failure)."""
+        if not self.closed:
+            self.closed = True
+            self._finalizer()
+            self.pg = None
