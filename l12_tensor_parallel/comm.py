@@ -70,8 +70,11 @@ class _Packer(pickle.Pickler):
             return None
         key = id(obj)
         if key not in self.seen:
-            a = obj.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
-            self.blobs.append(a.tobytes())
+            raw = obj                                # a CPU tensor's numpy view: no copy until the join
+            if raw.device.type != "cpu" or not raw.is_contiguous() or raw.dtype == torch.bfloat16:
+                raw = raw.detach().cpu().contiguous().view(-1).view(torch.uint8)
+            a = raw.numpy()
+            self.blobs.append(a.data)
             self.seen[key] = (len(self.blobs) - 1, str(obj.dtype)[6:], tuple(obj.shape), a.nbytes)
         return self.seen[key]
 

@@ -37,6 +37,7 @@ from .layers import install
 from .shard import shard_model
 
 START_TIMEOUT_S = 600.0       # a worker loads its shard and builds its cache within this
+DEATH_WAIT_S = 5.0            # after a collective fails: how long a dying worker gets to be seen dead
 STOP_TIMEOUT_S = 5.0          # close(): how long workers get to leave before they are terminated
 
 
@@ -82,10 +83,30 @@ def _shutdown(procs, conns) -> None:
         c.close()
 
 
+@dataclass
+class Sent:
+    """What sending the steps cost rank 0: CPU time (pack + the pipe writes), wall time (with any
+    wait for a core: a woken worker may take this one's), bytes."""
+    steps: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    bytes: int = 0
+
+    def add(self, cpu_s: float, wall_s: float, n: int) -> None:
+        self.steps, self.bytes = self.steps + 1, self.bytes + n
+        self.cpu_s, self.wall_s = self.cpu_s + cpu_s, self.wall_s + wall_s
+
+    def __str__(self):
+        per = self.steps or 1
+        return (f"{self.steps} steps sent: {self.cpu_s / per * 1e6:.0f} us of CPU ({self.wall_s / per * 1e6:.0f} us "
+                f"wall) and {self.bytes / per:.0f} bytes a step")
+
+
 class TensorParallel:
     def __init__(self, model, spec: WorkerSpec, tp: int):
         self.model, self.spec, self.tp = model, spec, tp
         self.closed, self.failed = False, None
+        self.sent = Sent()                           # what sending the steps cost this host (for people)
         store = dist.TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=START_TIMEOUT_S))
         ctx = mp.get_context("spawn" if spec.device.startswith("cuda") else "fork")
@@ -136,10 +157,12 @@ class TensorParallel:
     def forward(self, input_ids, kv, meta, ops=None):
         if self.closed:
             raise RankFailed(self.failed or "the tensor-parallel ranks were shut down (close()): build a new engine.")
-        msg = pack(input_ids, meta, ops is None)
         try:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            msg = pack(input_ids, meta, ops is None)
             for c in self.conns:
                 c.send_bytes(msg)
+            self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg))
             return self.inner(input_ids, kv, meta, ops=ops)
         except Exception as e:
             err = self.failure(e)
@@ -150,7 +173,14 @@ class TensorParallel:
     def failure(self, e: Exception) -> Exception:
         """The error to raise for ``e``: a ``RankFailed`` naming the rank when a worker died, hung or
         raised (every worker is then stopped); ``e`` itself when the ranks are fine (a bug here)."""
-        mpc.wait([p.sentinel for p in self.procs], timeout=1.0)     # a death is seen within a second
+        text = str(e).lower()
+        timed_out = "timed out" in text or "timeout" in text
+        collective = isinstance(e, (OSError, EOFError)) or "gloo" in text or "nccl" in text
+        if collective:                               # a peer is gone or going: its death is seen within seconds
+            ready = mpc.wait([p.sentinel for p in self.procs], timeout=0.2 if timed_out else DEATH_WAIT_S)
+            for p in self.procs:                     # a closed sentinel comes just before waitpid can reap
+                if p.sentinel in ready:
+                    p.join(1.0)
         lines = {}
         for r, c in enumerate(self.conns, 1):
             try:
@@ -162,14 +192,15 @@ class TensorParallel:
         dead = [(r, p) for r, p in enumerate(self.procs, 1) if p.exitcode is not None]
         if dead:
             r, p = dead[0]
-            why = f": {lines[r]}" if r in lines else ""
-            msg = f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)}{why}; the engine stops."
-        elif "timed out" in str(e).lower() or "timeout" in str(e).lower():
+            msg = f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)}{': ' + lines[r] if r in lines else ''}; " \
+                  "the engine stops."
+        elif timed_out:
             msg = (f"a tensor-parallel collective waited {self.spec.timeout_s:.0f} s for a rank that did not answer "
                    "(a hung worker); the engine stops.")
-        elif isinstance(e, (OSError, EOFError)) or lines:
-            msg = f"tensor-parallel ranks failed ({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})" \
-                  f"{'; ' + '; '.join(f'rank {r}: {x}' for r, x in lines.items()) if lines else ''}; the engine stops."
+        elif collective or lines:
+            first = str(e).splitlines()[0][:160] if str(e) else ""
+            said = "".join(f"; rank {r}: {x}" for r, x in lines.items())
+            msg = f"tensor-parallel ranks failed ({type(e).__name__}: {first}){said}; the engine stops."
         else:
             return e
         self.failed = msg

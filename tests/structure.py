@@ -29,7 +29,8 @@ MAX_FILE, MAX_FUNCTION = 300, 60
 #: a later stage's feature, by the stage that introduces it: the words no earlier stage may use
 FEATURES = {6: [r"prefix.cach"], 7: [r"\bpdl\b", r"programmatic dependent", r"\basync", r"cuda.graph", r"overlapped"],
             8: [r"sliding.window", r"\bwindow"], 9: [r"e4m3", r"\bfp8"],
-            11: [r"speculat", r"\bdrafts?\b", r"\bdrafter", r"\bverif", r"\bguess"]}
+            11: [r"speculat", r"\bdrafts?\b", r"\bdrafter", r"\bverif", r"\bguess"],
+            12: [r"tensor.parallel", r"all.reduce", r"\bgloo\b", r"\bnccl\b"]}
 #: (folder, stage whose words it may use): why
 NAMES_ALLOWED = {("l1_dense", 8): "the skeleton reads the whole checkpoint config, windows included, so that "
                                   "an engine without them refuses a windowed checkpoint instead of running it"}

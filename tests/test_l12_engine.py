@@ -1,0 +1,181 @@
+"""Stage 12's engine: worker processes joined by gloo, the engine core in this process (rank 0).
+
+tp 2 emits transformers' greedy tokens on tests/matrix.py's workload (a shared prefix, chunked
+prompts, a preemption); tp 1 is stage 11's engine part for part; a worker that is killed, hangs or
+is interrupted stops the engine in bounded time with one line, and close() never hangs."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import matrix as m
+from plumbing.errors import UserError
+
+ROW = dict(enable_prefix_caching=True, model="tiny-qwen3", kv_cache_dtype="auto", speculation=None,
+           async_scheduling=True, fused_ops=False)
+
+
+def run_tp(row: dict, tp: int, **extra):
+    """The matrix workload through stage 12's engine: tokens, logits, the engine (its ranks closed)."""
+    from l4_sampler.params import SamplingParams
+    from l12_tensor_parallel import LLM
+    opts = m.options(row) | dict(num_gpu_blocks_override=m.pool_override(row, "cpu"), tensor_parallel_size=tp) | extra
+    eng = LLM(row["model"], **opts).llm_engine
+    try:
+        params = SamplingParams(temperature=0, max_tokens=m.NEW_TOKENS, ignore_eos=True)
+        ids = [eng.add_request({"prompt_token_ids": p}, params) for p in m.WORKLOAD]
+        while eng.has_unfinished_requests():
+            eng.step()
+    finally:
+        if tp > 1:
+            eng.model.tensor_parallel.close()
+    return [eng.requests[i].output_ids for i in ids], [eng.requests[i].logits for i in ids], eng
+
+
+def check(row: dict, tp: int, **extra):
+    tokens, logits, eng = run_tp(row, tp, **extra)
+    assert m.judge(row, tokens, logits) is None
+    assert any(s.preempted for s in eng.stats) and any(st + n < full for s in eng.stats for _, st, n, full in s.chunks)
+    assert (eng.scheduler.kv.stats.hits > 0) == row["enable_prefix_caching"]
+    sent = eng.model.tensor_parallel.sent
+    assert sent.steps >= len(eng.stats), sent                  # every forward pass went to the workers
+    print(sent)
+    return eng
+
+
+def test_tp2_emits_transformers_tokens_chunked_preempted_with_a_shared_prefix():
+    check(ROW, 2)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("row,tp", [
+    (dict(ROW, fused_ops=True), 2),                                                 # Triton kernels on shards
+    (dict(ROW, speculation="ngram", async_scheduling=False, enable_prefix_caching=False), 2),
+    (dict(ROW, model="tiny-qwen2-hybrid", async_scheduling=False), 2),              # windows: 2 KV cache groups
+    (dict(ROW, model="tiny-mistral"), 2),
+    (ROW, 4),                                                                        # each KV head on 2 ranks
+], ids=lambda v: str(v) if isinstance(v, int) else m.row_id(v))
+def test_tp_rows_emit_transformers_tokens(row, tp):
+    check(row, tp)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("model,tp", [("tiny-llama", 4), ("tiny-qwen2", 2)])
+def test_tp_on_other_checkpoints(model, tp):
+    """llama at tp 4 (2 KV heads over 4 ranks), qwen2 (one KV head, biases, tied embeddings)."""
+    from l12_tensor_parallel import LLM, SamplingParams
+    from l11_spec_decode import LLM as LLM11
+    p = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    want = [o.outputs[0].token_ids for o in LLM11(model, impl="torch", device="cpu").generate(m.WORKLOAD, p)]
+    llm = LLM(model, impl="torch", device="cpu", tensor_parallel_size=tp)
+    got = [o.outputs[0].token_ids for o in llm.generate(m.WORKLOAD, p)]
+    llm.llm_engine.model.tensor_parallel.close()
+    assert got == want
+
+
+def test_tp1_is_stage_11s_engine_part_for_part():
+    from l11_spec_decode import LLM as LLM11
+    from l12_tensor_parallel import LLM
+    kw = dict(device="cpu", impl="torch", num_gpu_blocks_override=32)
+    e12, e11 = LLM(None, **kw).llm_engine, LLM11(None, **kw).llm_engine
+    assert e12.chosen == e11.chosen and "tensor_parallel" not in e12.chosen
+    assert not hasattr(e12.model, "tensor_parallel") and "forward" not in vars(e12.model)
+
+
+def started(tp: int = 2):
+    from l12_tensor_parallel import LLM, SamplingParams
+    llm = LLM(None, device="cpu", impl="torch", fused_ops=False, tensor_parallel_size=tp, num_gpu_blocks_override=32)
+    eng = llm.llm_engine
+    eng.add_request({"prompt_token_ids": list(range(5, 30))}, SamplingParams(temperature=0, max_tokens=50,
+                                                                            ignore_eos=True))
+    eng.step()
+    return eng, eng.model.tensor_parallel
+
+
+def test_a_killed_worker_stops_the_engine_in_bounded_time_with_one_line():
+    from l12_tensor_parallel import RankFailed
+    eng, group = started()
+    worker = group.procs[0]
+    os.kill(worker.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(RankFailed) as e:
+        eng.step()
+    assert time.monotonic() - t0 < 10
+    assert f"tensor-parallel rank 1 (pid {worker.pid}) was killed by signal 9" in str(e.value)
+    assert "\n" not in str(e.value) and group.closed
+    with pytest.raises(RankFailed, match="was killed by signal 9"):      # and it stays stopped
+        eng.step()
+
+
+def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch):
+    import l12_tensor_parallel.group as g
+    import l12_tensor_parallel.stage as st
+    monkeypatch.setattr(st, "TIMEOUT_S", 3.0)
+    monkeypatch.setattr(g, "STOP_TIMEOUT_S", 1.0)
+    eng, group = started()
+    worker = group.procs[0]
+    os.kill(worker.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(g.RankFailed, match=r"waited 3 s for a rank that did not answer \(a hung worker\)"):
+            eng.step()
+        assert time.monotonic() - t0 < 15
+        assert not worker.is_alive()                                     # close() killed it, stopped as it was
+    finally:
+        if worker.is_alive():
+            os.kill(worker.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_leaves_the_workers_running_and_close_stops_them_at_once():
+    """A terminal's Ctrl-C reaches every process of its group: the workers ignore it, so the step in
+    flight completes and rank 0 (which raises KeyboardInterrupt) stops them."""
+    eng, group = started()
+    os.kill(group.procs[0].pid, signal.SIGINT)
+    eng.step()                                                           # the worker is still there
+    t0 = time.monotonic()
+    group.close()
+    assert time.monotonic() - t0 < 3 and all(p.exitcode == 0 for p in group.procs)
+
+
+SCRIPT = """
+import os, sys
+from l12_tensor_parallel import LLM, SamplingParams
+llm = LLM(None, device="cpu", impl="torch", fused_ops=False, tensor_parallel_size=2, num_gpu_blocks_override=32)
+print(*[p.pid for p in llm.llm_engine.model.tensor_parallel.procs], flush=True)
+while True:
+    llm.generate([{"prompt_token_ids": list(range(5, 30))}], SamplingParams(max_tokens=20), use_tqdm=False)
+"""
+
+
+def test_ctrl_c_in_a_script_stops_every_rank():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, "-c", SCRIPT.replace('"""', "")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        pids = [int(x) for x in p.stdout.readline().split()]
+        assert pids, p.stderr.read()
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)                                  # as a terminal does: the whole group
+        p.wait(20)
+        assert "KeyboardInterrupt" in p.stderr.read()
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def test_a_worker_that_cannot_start_is_one_line(monkeypatch):
+    """The model given is not the checkpoint the other ranks would load: refused before any starts."""
+    from l1_dense.checkpoint import load_model, resolve_model_dir
+    from l5_scheduler.config import make_config
+    from l12_tensor_parallel import build_engine
+    import torch
+    model = load_model(resolve_model_dir("tiny-llama"), "cpu", torch.float32)
+    cfg = make_config(model.cfg, "cpu", torch.float32, num_gpu_blocks_override=16)
+    with pytest.raises(UserError, match="which is not this model's checkpoint"):
+        build_engine(model, None, cfg, tensor_parallel_size=2, impl="torch")
