@@ -14,8 +14,10 @@ cache for its heads, and do nothing but forward passes:
 The send is the model's own ``forward`` (replaced on this one model object), so every path that runs
 the model (eager steps, speculative verification, async scheduling's on-device token fill, a GPU's
 warm-up) sends its inputs exactly as it runs them; the block tables are identical on every rank
-because they are sent. Start: fork on a CPU (the workers inherit the imported modules; vLLM's
-default), spawn where CUDA is used. A worker that dies, hangs or raises stops the engine with one
+because they are sent. Start (``context``): on a CPU, forked from a forkserver that has imported
+the engine once (a worker starts in a fraction of a second, and a plain fork of this process,
+which may hold an earlier engine's gloo threads, can deadlock in the child); spawn where CUDA is
+used. A worker that dies, hangs or raises stops the engine with one
 line (``RankFailed``); ``close`` (also at exit, and after a failure) stops every worker, never hangs.
 """
 from __future__ import annotations
@@ -57,6 +59,19 @@ class WorkerSpec:
     stages: tuple                   # the stage packages whose parts it builds (this one's excluded)
     backend: str
     timeout_s: float
+
+
+PRELOAD = ["plumbing.runtime", "l12_tensor_parallel.stage", "l12_tensor_parallel.worker"]
+
+
+def context(device: str):
+    """How workers start: spawn with CUDA (a fork must not inherit a CUDA context); on a CPU a
+    forkserver, started once per process with the engine's modules imported (PRELOAD)."""
+    if device.startswith("cuda"):
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)              # (ignored once the server runs: it has them)
+    return ctx
 
 
 def _how(p) -> str:
@@ -109,13 +124,13 @@ class TensorParallel:
         self.sent = Sent()                           # what sending the steps cost this host (for people)
         store = dist.TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=START_TIMEOUT_S))
-        ctx = mp.get_context("spawn" if spec.device.startswith("cuda") else "fork")
+        ctx = context(spec.device)
         self.procs, self.conns = [], []
         from .worker import main
         for rank in range(1, tp):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=main, args=(rank, tp, store.port, theirs, spec, tuple(self.conns) + (mine,)),
-                            name=f"tp-rank-{rank}", daemon=True)
+            p = ctx.Process(target=main, args=(rank, tp, store.port, theirs, spec), name=f"tp-rank-{rank}",
+                            daemon=True)
             p.start()
             theirs.close()
             self.procs.append(p)
@@ -135,23 +150,30 @@ class TensorParallel:
         model.tensor_parallel = self
 
     def _wait_ready(self) -> None:
+        """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""
         waiting = dict(zip(self.conns, range(1, self.tp)))
-        sentinels = {p.sentinel: r for r, p in enumerate(self.procs, 1)}
         deadline = time.monotonic() + START_TIMEOUT_S
         while waiting:
+            sentinels = {self.procs[r - 1].sentinel: r for r in waiting.values()}
             ready = mpc.wait(list(waiting) + list(sentinels), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
                 raise RankFailed(f"tensor-parallel ranks {sorted(waiting.values())} did not start within "
                                  f"{START_TIMEOUT_S:.0f} s.")
             for c in ready:
-                if c in waiting:
-                    kind, line = c.recv()
-                    if kind == "error":
-                        raise UserError(f"tensor-parallel rank {waiting[c]}: {line}")
-                    del waiting[c]
-                elif sentinels[c] in waiting.values():
-                    p = self.procs[sentinels[c] - 1]
-                    raise RankFailed(f"tensor-parallel rank {sentinels[c]} (pid {p.pid}) {_how(p)} while starting.")
+                r = waiting.get(c) or sentinels[c]
+                try:
+                    kind, line = c.recv() if c in waiting else ("died", None)
+                except EOFError:
+                    kind, line = "died", None
+                if kind == "error":
+                    raise UserError(f"tensor-parallel rank {r}: {line}")
+                if kind == "died":
+                    p = self.procs[r - 1]
+                    p.join(1.0)
+                    raise RankFailed(f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)} while starting (its error "
+                                     "is above; a script that builds the engine when imported must do it under "
+                                     "`if __name__ == '__main__':`, since each rank imports the main module).")
+                waiting.pop(c, None)
 
     # ---- each step --------------------------------------------------------------------------------
     def forward(self, input_ids, kv, meta, ops=None):

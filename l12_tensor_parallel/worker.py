@@ -36,9 +36,7 @@ def _build(rank: int, tp: int, spec):
     return model, a.pool(), a.part("ops")
 
 
-def main(rank: int, tp: int, port: int, conn, spec, inherited=()) -> None:
-    for c in inherited:                              # fork: rank 0's ends of the pipes; EOF must reach us
-        c.close()
+def main(rank: int, tp: int, port: int, conn, spec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import datetime

@@ -69,9 +69,10 @@ def test_tp_on_other_checkpoints(model, tp):
     from l12_tensor_parallel import LLM, SamplingParams
     from l11_spec_decode import LLM as LLM11
     p = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
-    want = [o.outputs[0].token_ids for o in LLM11(model, impl="torch", device="cpu").generate(m.WORKLOAD, p)]
+    prompts = [{"prompt_token_ids": w} for w in m.WORKLOAD]
+    want = [o.outputs[0].token_ids for o in LLM11(model, impl="torch", device="cpu").generate(prompts, p)]
     llm = LLM(model, impl="torch", device="cpu", tensor_parallel_size=tp)
-    got = [o.outputs[0].token_ids for o in llm.generate(m.WORKLOAD, p)]
+    got = [o.outputs[0].token_ids for o in llm.generate(prompts, p)]
     llm.llm_engine.model.tensor_parallel.close()
     assert got == want
 
@@ -95,10 +96,15 @@ def started(tp: int = 2):
     return eng, eng.model.tensor_parallel
 
 
-def test_a_killed_worker_stops_the_engine_in_bounded_time_with_one_line():
+def test_ctrl_c_leaves_the_workers_running_and_a_killed_one_stops_the_engine_with_one_line():
+    """A terminal's Ctrl-C reaches every process of its group: the workers ignore it, so the step in
+    flight completes (rank 0 raises KeyboardInterrupt and stops them). A worker killed stops the
+    engine within seconds, named in one line, and the engine stays stopped."""
     from l12_tensor_parallel import RankFailed
     eng, group = started()
     worker = group.procs[0]
+    os.kill(worker.pid, signal.SIGINT)
+    eng.step()                                                           # the worker is still there
     os.kill(worker.pid, signal.SIGKILL)
     t0 = time.monotonic()
     with pytest.raises(RankFailed) as e:
@@ -106,10 +112,19 @@ def test_a_killed_worker_stops_the_engine_in_bounded_time_with_one_line():
     assert time.monotonic() - t0 < 10
     assert f"tensor-parallel rank 1 (pid {worker.pid}) was killed by signal 9" in str(e.value)
     assert "\n" not in str(e.value) and group.closed
-    with pytest.raises(RankFailed, match="was killed by signal 9"):      # and it stays stopped
+    with pytest.raises(RankFailed, match="was killed by signal 9"):
         eng.step()
 
 
+def test_close_stops_the_workers_at_once():
+    eng, group = started()
+    t0 = time.monotonic()
+    group.close()
+    assert time.monotonic() - t0 < 3 and all(p.exitcode == 0 for p in group.procs)
+    group.close()                                                        # again: nothing to do
+
+
+@pytest.mark.deep
 def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch):
     import l12_tensor_parallel.group as g
     import l12_tensor_parallel.stage as st
@@ -129,17 +144,6 @@ def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch
             os.kill(worker.pid, signal.SIGKILL)
 
 
-def test_ctrl_c_leaves_the_workers_running_and_close_stops_them_at_once():
-    """A terminal's Ctrl-C reaches every process of its group: the workers ignore it, so the step in
-    flight completes and rank 0 (which raises KeyboardInterrupt) stops them."""
-    eng, group = started()
-    os.kill(group.procs[0].pid, signal.SIGINT)
-    eng.step()                                                           # the worker is still there
-    t0 = time.monotonic()
-    group.close()
-    assert time.monotonic() - t0 < 3 and all(p.exitcode == 0 for p in group.procs)
-
-
 SCRIPT = """
 import os, sys
 from l12_tensor_parallel import LLM, SamplingParams
@@ -150,6 +154,7 @@ while True:
 """
 
 
+@pytest.mark.deep
 def test_ctrl_c_in_a_script_stops_every_rank():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.Popen([sys.executable, "-c", SCRIPT.replace('"""', "")], stdout=subprocess.PIPE,
