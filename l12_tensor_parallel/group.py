@@ -119,6 +119,10 @@ class Sent:
 
 class TensorParallel:
     def __init__(self, model, spec: WorkerSpec, tp: int):
+        if mp.current_process().daemon:
+            raise UserError(f"tensor_parallel_size {tp} starts {tp - 1} worker processes, and this process is a "
+                            "daemonic one (a server's engine core?), which Python forbids to have children: build the "
+                            "engine in a non-daemonic process.")
         self.model, self.spec, self.tp = model, spec, tp
         self.closed, self.failed = False, None
         self.sent = Sent()                           # what sending the steps cost this host (for people)

@@ -19,6 +19,11 @@ def _line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def device_of(spec, rank: int) -> str:
+    """A rank's device: its own GPU (cuda:rank; untested until the GPU work), or the CPU."""
+    return f"cuda:{rank}" if spec.device.startswith("cuda") else spec.device
+
+
 def _build(rank: int, tp: int, spec):
     """This rank's model, KV cache and ops: the same parts rank 0's runner uses, for its shard."""
     import plumbing.runtime  # noqa: F401  (before any kernel: the interpreter on a CPU)
@@ -27,7 +32,7 @@ def _build(rank: int, tp: int, spec):
     from l5_scheduler.assemble import Assembly, resolve_options
 
     from .shard import load_shard
-    model = load_shard(spec.path, spec.device, spec.dtype, rank, tp)
+    model = load_shard(spec.path, device_of(spec, rank), spec.dtype, rank, tp)
     every = import_module(f"{spec.stages[-1]}.stage").STAGES
     stages = tuple(s for s in every if s.name in spec.stages)
     args = resolve_options(stages, spec.given)
@@ -53,7 +58,7 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
         install(model, Comm(pg, rank, tp))
     except BaseException as e:                       # noqa: BLE001  (told to rank 0, which raises it)
         _tell(conn, e)
-    serve(conn, model, cache, ops, spec.device)
+    serve(conn, model, cache, ops, device_of(spec, rank))
 
 
 def serve(conn, model, cache, ops, device) -> None:

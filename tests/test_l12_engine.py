@@ -1,7 +1,7 @@
 """Stage 12's engine: worker processes joined by gloo, the engine core in this process (rank 0).
 
 tp 2 emits transformers' greedy tokens on tests/matrix.py's workload (a shared prefix, chunked
-prompts, a preemption); tp 1 is stage 11's engine part for part; a worker that is killed, hangs or
+prompts, a preemption), and close() then stops its workers at once; tp 1 is stage 11's engine part for part; a worker that is killed, hangs or
 is interrupted stops the engine in bounded time with one line, and close() never hangs."""
 import os
 import signal
@@ -31,7 +31,10 @@ def run_tp(row: dict, tp: int, **extra):
             eng.step()
     finally:
         if tp > 1:
-            eng.model.tensor_parallel.close()
+            group, t0 = eng.model.tensor_parallel, time.monotonic()
+            group.close()
+            assert time.monotonic() - t0 < 3 and all(p.exitcode == 0 for p in group.procs)   # a clean stop
+            group.close()                                                                  # again: nothing
     return [eng.requests[i].output_ids for i in ids], [eng.requests[i].logits for i in ids], eng
 
 
@@ -57,6 +60,8 @@ def test_tp2_emits_transformers_tokens_chunked_preempted_with_a_shared_prefix():
     (dict(ROW, model="tiny-qwen2-hybrid", async_scheduling=False), 2),              # windows: 2 KV cache groups
     (dict(ROW, model="tiny-mistral"), 2),
     (ROW, 4),                                                                        # each KV head on 2 ranks
+    (dict(ROW, kv_cache_dtype="fp8", fused_ops=True), 2),                           # e4m3: agreement
+    (dict(ROW, speculation="draft_model", async_scheduling=False), 2),              # the draft model: rank 0's
 ], ids=lambda v: str(v) if isinstance(v, int) else m.row_id(v))
 def test_tp_rows_emit_transformers_tokens(row, tp):
     check(row, tp)
@@ -114,14 +119,6 @@ def test_ctrl_c_leaves_the_workers_running_and_a_killed_one_stops_the_engine_wit
     assert "\n" not in str(e.value) and group.closed
     with pytest.raises(RankFailed, match="was killed by signal 9"):
         eng.step()
-
-
-def test_close_stops_the_workers_at_once():
-    eng, group = started()
-    t0 = time.monotonic()
-    group.close()
-    assert time.monotonic() - t0 < 3 and all(p.exitcode == 0 for p in group.procs)
-    group.close()                                                        # again: nothing to do
 
 
 @pytest.mark.deep

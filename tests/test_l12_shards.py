@@ -146,3 +146,12 @@ def test_more_ranks_than_gpus_is_one_line(monkeypatch):
     with pytest.raises(UserError, match=r"^tensor_parallel_size 4 needs 4 GPUs \(one per rank\) and 2 are visible"):
         backend_for("auto", "cuda", 4)
     assert backend_for("auto", "cuda", 2) == "nccl" and backend_for("auto", "cpu", 4) == "gloo"
+
+
+def test_a_daemonic_process_is_refused_before_any_worker_starts(monkeypatch):
+    """Python forbids a daemonic process children (stage 10's engine core is one)."""
+    import multiprocessing as mp
+    from l12_tensor_parallel import LLM
+    monkeypatch.setattr(mp.current_process(), "daemon", True)
+    with pytest.raises(UserError, match="this process is a daemonic one"):
+        LLM(None, device="cpu", impl="torch", tensor_parallel_size=2)
