@@ -61,7 +61,7 @@ def tensor_parallel(a):
 
 
 def kv_cache(a):
-    """None, after the model has become this rank's shard (tensor_parallel_size > 1)."""
+    """(the shard first): None, the earlier stages' cache, made after this rank's model has become its shard."""
     if a.args.tensor_parallel_size > 1:
         a.part("tensor_parallel")
     return None
