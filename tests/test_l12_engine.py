@@ -171,8 +171,8 @@ def test_ctrl_c_in_a_script_stops_every_rank():
             os.killpg(p.pid, signal.SIGKILL)
 
 
-def test_a_worker_that_cannot_start_is_one_line(monkeypatch):
-    """The model given is not the checkpoint the other ranks would load: refused before any starts."""
+def test_a_model_that_is_not_its_checkpoint_is_refused_before_any_rank_starts():
+    """build_engine given a loaded model and no path: the other ranks would load tiny-qwen3 (the default)."""
     from l1_dense.checkpoint import load_model, resolve_model_dir
     from l5_scheduler.config import make_config
     from l12_tensor_parallel import build_engine
