@@ -122,6 +122,18 @@ def test_ctrl_c_leaves_the_workers_running_and_a_killed_one_stops_the_engine_wit
 
 
 @pytest.mark.deep
+def test_a_worker_that_raises_is_named_with_its_error():
+    """Planted: a step message the worker cannot read. It sends its error's first line and exits 1;
+    rank 0's next step names the rank and quotes the line."""
+    from l12_tensor_parallel import RankFailed
+    eng, group = started()
+    group.conns[0].send_bytes(b"not a step")
+    with pytest.raises(RankFailed, match=r"tensor-parallel rank 1 \(pid \d+\) exited \(1\): \w+Error: .*the engine "
+                                         r"stops\.$"):
+        eng.step()
+
+
+@pytest.mark.deep
 def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch):
     import l12_tensor_parallel.group as g
     import l12_tensor_parallel.stage as st
