@@ -198,7 +198,8 @@ class TensorParallel:
 
     def failure(self, e: Exception) -> Exception:
         """The error to raise for ``e``: a ``RankFailed`` naming the rank when a worker died, hung or
-        raised (every worker is then stopped); ``e`` itself when the ranks are fine (a bug here)."""
+        raised; ``e`` itself when it is this rank's own (a bug here). Either way every worker is
+        stopped: the ranks are no longer in the same step."""
         text = str(e).lower()
         timed_out = "timed out" in text or "timeout" in text
         collective = isinstance(e, (OSError, EOFError)) or "gloo" in text or "nccl" in text
@@ -227,11 +228,21 @@ class TensorParallel:
             first = str(e).splitlines()[0][:160] if str(e) else ""
             said = "".join(f"; rank {r}: {x}" for r, x in lines.items())
             msg = f"tensor-parallel ranks failed ({type(e).__name__}: {first}){said}; the engine stops."
-        else:
+        else:                                        # this rank's own error: the workers wait inside the step
+            self.failed = (f"an earlier step raised {type(e).__name__} on rank 0, which left the other ranks inside "
+                           "it: build a new engine.")
+            self.stop_now()
             return e
         self.failed = msg
-        self.close()
+        self.stop_now()
         return RankFailed(msg)
+
+    def stop_now(self) -> None:
+        """After a failure: the workers may wait inside the step, deaf to a stop message: terminate them."""
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        self.close()
 
     def close(self) -> None:
         """Stop the workers (idempotent; also at exit and after a failure)."""

@@ -134,6 +134,24 @@ def test_a_worker_that_raises_is_named_with_its_error():
 
 
 @pytest.mark.deep
+def test_an_error_on_rank_0_mid_step_stops_the_workers_it_left_inside_the_step():
+    """Planted: rank 0's own forward raises after the workers got the step. Its error is raised as
+    it is, the workers (waiting in a collective) are stopped at once, and the engine stays stopped."""
+    from l12_tensor_parallel import RankFailed
+    eng, group = started()
+
+    def broken(*a, **kw):
+        raise ValueError("planted")
+    group.inner = broken
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="planted"):
+        eng.step()
+    assert time.monotonic() - t0 < 10 and group.closed and not any(p.is_alive() for p in group.procs)
+    with pytest.raises(RankFailed, match="an earlier step raised ValueError on rank 0"):
+        eng.step()
+
+
+@pytest.mark.deep
 def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch):
     import l12_tensor_parallel.group as g
     import l12_tensor_parallel.stage as st
