@@ -143,8 +143,8 @@ class TensorParallel:
         try:
             self._wait_ready()
             self.pg = process_group(spec.backend, store, 0, tp, spec.timeout_s)
-        except BaseException:
-            self.close()
+        except BaseException:                        # (the started ones wait for rank 0 in the group's set-up)
+            self.stop_now()
             raise
         self.store = store
         shard_model(model, 0, tp)
