@@ -4,6 +4,8 @@ Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options i
 ``options.py``) and the parts it can make, by slot:
 
     slot         the part                          stage 5's maker (later stages add their own)
+    model        the forward pass's module         the model given, or CausalLM loaded whole from a
+                                                   Checkpoint (LLM's)
     kv_cache     where K/V live, and attention     stage 3's PagedKVCache
     kv_manager   the scheduler's blocks            stage 2's allocator (BlockManager)
     ops          the skeleton's small ops          its TorchOps
@@ -15,9 +17,11 @@ Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options i
 ``build_engine`` builds a part when something asks for it (``Assembly.part``): of the stages
 given, the latest that has a maker for the slot is asked first; a maker returns None when the
 configuration is not its case (a cache for another kind of checkpoint), and the stage
-before it is asked. The engine asks for scheduler, runner, sampler and step; each maker asks for
-what its part needs (the scheduler for the kv_manager, which asks for the kv_cache, since the
-cache's layout sets how many blocks the memory holds). A stage's ``LLM`` is this assembler over
+before it is asked. The model comes first: the sizes (``config``, when the caller gives none) are
+made for it, on its device, after it is loaded (on a GPU the pool takes the memory it leaves), and
+every other maker reads it (``a.model``). The engine asks for scheduler, runner, sampler and step;
+each maker asks for what its part needs (the scheduler for the kv_manager, which asks for the
+kv_cache, since the cache's layout sets how many blocks the memory holds). A stage's ``LLM`` is this assembler over
 the stages up to it (``entry_points``): no builder calls another.
 
 The options of all the stages given are one configuration (``resolve_options``): an option no
@@ -31,9 +35,14 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
+from pathlib import Path
+
+import torch
+
 from plumbing.errors import UserError
 from plumbing.options import Option, Values, resolve
 
+from .config import EngineConfig, make_config
 from .engine import LLMEngine
 from .stages import stage_packages
 
@@ -49,15 +58,50 @@ class Stage:
         return int(self.name[1:].split("_")[0])
 
 
-class Assembly:
-    """What part makers read: the model, the tokenizer, the sizes (``config``; the KV cache's maker
-    may change ``num_blocks``, the pool its layout holds), the options (``args``), and each other."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """A model not loaded yet: the ``model`` slot's makers load it (LLM gives this, not a model)."""
+    path: Path
+    device: str
+    dtype: torch.dtype
 
-    def __init__(self, model, tokenizer, config, args: Values, stages: tuple[Stage, ...], parts: dict | None = None):
-        self.model, self.tokenizer, self.config, self.args, self.stages = model, tokenizer, config, args, stages
+
+SIZES = ("block_size", "num_gpu_blocks_override", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
+         "gpu_memory_utilization")
+
+
+def engine_config(args, model, device: str, dtype) -> EngineConfig:
+    """The sizes the options ask for (config.py), for this model on this device."""
+    return make_config(model.cfg, device, dtype, **{k: getattr(args, k) for k in SIZES})
+
+
+class Assembly:
+    """What part makers read: the model (the ``model`` part), the tokenizer, the sizes (``config``;
+    the KV cache's maker may change ``num_blocks``, the pool its layout holds), the options
+    (``args``), and each other. ``given``: the model given to the assembler, or a Checkpoint."""
+
+    def __init__(self, given, tokenizer, config: EngineConfig | None, args: Values, stages: tuple[Stage, ...],
+                 parts: dict | None = None):
+        self.given, self.tokenizer, self.args, self.stages = given, tokenizer, args, stages
+        self._config = config                          # None: made for the model part, once it is loaded
         self.parts = dict(parts or {})                 # slot -> part: built, or given by the caller (tests)
         self.chosen: dict[str, str] = {slot: "given" for slot in self.parts}    # slot -> the stage that made it
         self._settled = False
+
+    @property
+    def model(self):
+        return self.part("model")
+
+    @property
+    def config(self) -> EngineConfig:
+        if self._config is None:
+            p = next(self.model.parameters())
+            self._config = engine_config(self.args, self.model, str(p.device), p.dtype)
+        return self._config
+
+    @config.setter
+    def config(self, value: EngineConfig) -> None:
+        self._config = value
 
     def part(self, slot: str):
         if slot not in self.parts:
@@ -136,8 +180,9 @@ def resolve_options(stages, given: dict) -> Values:
 
 def build_engine(model, tokenizer, config, stages, *, args: Values | None = None, parts: dict | None = None,
                  wrap=None, **options) -> LLMEngine:
-    """The one engine for ``config`` (the sizes: config.py) and the options (``args``, or checked
-    here from ``options``). ``parts``: a slot's part given outright (tests give plain oracles);
+    """The one engine for ``model`` (loaded, or a Checkpoint the model slot loads), ``config`` (the
+    sizes: config.py; None: made for the model) and the options (``args``, or checked here from
+    ``options``). ``parts``: a slot's part given outright (tests give plain oracles);
     ``wrap(name, part)`` may wrap the scheduler, runner and sampler (a profiler times them so)."""
     args = args if args is not None else resolve_options(stages, options)
     a = Assembly(model, tokenizer, config, args, stages, parts)
@@ -147,7 +192,7 @@ def build_engine(model, tokenizer, config, stages, *, args: Values | None = None
     got = {slot: a.part(slot) for slot in ("scheduler", "runner", "sampler")}
     if wrap is not None:
         got = {slot: wrap(slot, part) for slot, part in got.items()}
-    engine = LLMEngine(model, tokenizer, a.config, **got, step=a.part("step"),
+    engine = LLMEngine(a.model, tokenizer, a.config, **got, step=a.part("step"),
                        keep_logits=args.keep_logits)
     engine.args, engine.chosen = args, a.chosen        # what it was built from: the options, each part's stage
     return engine

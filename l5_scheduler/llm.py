@@ -11,8 +11,8 @@ finished in. The lower level is ``llm.llm_engine``: ``add_request`` / ``step`` /
 ``has_unfinished_requests``. ``reset_prefix_cache()`` and ``get_metrics()`` are vLLM's too (below).
 
 ``LLM(model, **options)`` checks every option against its declaration (options.py, and each later
-stage's own) before anything loads, loads the checkpoint, sizes the engine (config.py), then
-hands the rest to the assembler. Each stage exports its own ``LLM`` and ``build_engine``: the same
+stage's own) before anything loads, then hands the checkpoint to the assembler, whose ``model``
+part loads it; the sizes (config.py) are made for the model loaded. Each stage exports its own ``LLM`` and ``build_engine``: the same
 two, over the stages up to it (``entry_points``): a later stage's ``LLM`` takes its options too.
 """
 from __future__ import annotations
@@ -23,22 +23,13 @@ from l4_sampler.params import SamplingParams
 from plumbing.cli import check_device_dtype, dtype_name_of
 from plumbing.errors import UserError
 from plumbing.runtime import default_device, default_dtype
-from l1_dense.checkpoint import load_model, load_tokenizer, resolve_model_dir
+from l1_dense.checkpoint import load_tokenizer, resolve_model_dir
 
 from . import assemble
-from .config import make_config
+from .assemble import Checkpoint, engine_config  # noqa: F401  (engine_config: scripts size an engine by it)
 from .engine import LLMEngine
 from .outputs import Metric, RequestOutput, engine_metrics
 from .request import check_encodable
-
-SIZES = ("block_size", "num_gpu_blocks_override", "max_num_batched_tokens", "max_num_seqs", "max_model_len",
-         "gpu_memory_utilization")
-
-
-def engine_config(args, model, device: str, dtype):
-    """The sizes the options ask for (config.py), for this model on this device."""
-    return make_config(model.cfg, device, dtype, **{k: getattr(args, k) for k in SIZES})
-
 
 class LLM:
     def __init__(self, model: str | None = None, *, stages, **options):
@@ -47,10 +38,10 @@ class LLM:
         dtype = check_device_dtype(device, dtype_name_of(default_dtype(device)) if args.dtype in (None, "auto")
                                    else args.dtype)
         path = resolve_model_dir(args.model)
-        self.model = load_model(path, device, dtype)          # a broken checkpoint: one UserError naming the file
         self.tokenizer = load_tokenizer(path)
-        self.llm_engine = assemble.build_engine(self.model, self.tokenizer, engine_config(args, self.model, device,
-                                                                                          dtype), stages, args=args)
+        # the model slot loads it (a broken checkpoint: one UserError naming the file); the sizes follow it
+        self.llm_engine = assemble.build_engine(Checkpoint(path, device, dtype), self.tokenizer, None, stages, args=args)
+        self.model = self.llm_engine.model
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:
         if isinstance(prompts, (str, dict)):

@@ -1,6 +1,7 @@
 """Stage 5's contribution to the assembler (assemble.py): its options and its parts.
 
     slot        part                                   options it reads
+    model       the model given, or CausalLM loaded    model, device, dtype (LLM's Checkpoint)
     kv_cache    stage 3's PagedKVCache                 impl, check
     kv_manager  BlockManager (stage 2's allocator)     (the sizes)
     ops         the skeleton's TorchOps                -
@@ -11,17 +12,24 @@
 """
 from __future__ import annotations
 
+from l1_dense.checkpoint import load_model
 from l1_dense.model import TorchOps
 from l3_paged.cache import PagedKVCache
 from l4_sampler.sampler import Sampler
 
-from .assemble import Stage
+from .assemble import Checkpoint, Stage
 from .llm import entry_points
 from .kv_manager import BlockManager
 from .options import OPTIONS
 from .runner import ModelRunner
 from .scheduler import Scheduler
 from .step import PlainStep
+
+
+def model(a):
+    """CausalLM: the model given to the assembler, or loaded whole from its checkpoint (stage 1)."""
+    g = a.given
+    return load_model(g.path, g.device, g.dtype) if isinstance(g, Checkpoint) else g
 
 
 def kv_cache(a):
@@ -63,6 +71,6 @@ def step(a):
     return PlainStep()
 
 
-STAGES = (Stage("l5_scheduler", OPTIONS, dict(kv_cache=kv_cache, kv_manager=kv_manager, ops=ops, runner=runner,
-                                              sampler=sampler, scheduler=scheduler, step=step)),)
+STAGES = (Stage("l5_scheduler", OPTIONS, dict(model=model, kv_cache=kv_cache, kv_manager=kv_manager, ops=ops,
+                                              runner=runner, sampler=sampler, scheduler=scheduler, step=step)),)
 LLM, build_engine = entry_points(STAGES)
