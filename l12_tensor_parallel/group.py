@@ -6,19 +6,20 @@ cache for its heads, and do nothing but forward passes:
 
     rank 0                                             rank r (worker.py)
     runner.execute(out) -> model(ids, cache, meta)     waits on its pipe
+      ShardedModel (model.py): step(ids, meta)
       pack(ids, meta) -> each worker's pipe  ------->  unpack -> model(ids, its cache, meta)
       forward, shard 0     <--- all-reduces --->       forward, shard r
       lm_head: gather  <-----------------------------  its vocabulary's logits
     logits [S, V] -> sampler, stop checks
 
-The send is the model's own ``forward`` (replaced on this one model object), so every path that runs
-the model (eager steps, speculative verification, async scheduling's on-device token fill, a GPU's
-warm-up) sends its inputs exactly as it runs them; the block tables are identical on every rank
-because they are sent. Start (``context``): on a CPU, forked from a forkserver that has imported
-the engine once (a worker starts in a fraction of a second, and a plain fork of this process,
-which may hold an earlier engine's gloo threads, can deadlock in the child); spawn where CUDA is
-used. A worker that dies, hangs or raises stops the engine with one
-line (``RankFailed``); ``close`` (also at exit, and after a failure) stops every worker, never hangs.
+``step`` is what rank 0's model (model.py's ``ShardedModel``, the ``model`` part) does before its
+shard runs: it sends the inputs, and turns any failure inside the forward pass into one line.
+The block tables are identical on every rank because they are sent. Start (``context``): on a
+CPU, forked from a forkserver that has imported the engine once (a worker starts in a fraction of
+a second, and a plain fork of this process, which may hold an earlier engine's gloo threads, can
+deadlock in the child); spawn where CUDA is used. A worker that dies, hangs or raises stops the
+engine with one line (``RankFailed``); ``close`` (also at exit, and after a failure) stops every
+worker, never hangs.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import multiprocessing as mp
 import multiprocessing.connection as mpc
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -35,8 +37,6 @@ import torch.distributed as dist
 from plumbing.errors import UserError
 
 from .comm import Comm, pack, process_group
-from .layers import install
-from .shard import shard_model
 
 START_TIMEOUT_S = 600.0       # a worker loads its shard and builds its cache within this
 DEATH_WAIT_S = 5.0            # after a collective fails: how long a dying worker gets to be seen dead
@@ -53,7 +53,7 @@ class WorkerSpec:
     path: str
     device: str
     dtype: torch.dtype
-    config: object                  # rank 0's EngineConfig before the KV cache's maker settled it
+    config: object                  # the EngineConfig given to rank 0's assembler, or None: made alike
     given: dict                     # the options given, less this stage's
     impl: str
     stages: tuple                   # the stage packages whose parts it builds (this one's excluded)
@@ -118,12 +118,14 @@ class Sent:
 
 
 class TensorParallel:
-    def __init__(self, model, spec: WorkerSpec, tp: int):
+    """Ranks 1..tp-1 started and joined with this process (rank 0) in one group (``comm``)."""
+
+    def __init__(self, spec: WorkerSpec, tp: int):
         if mp.current_process().daemon:
             raise UserError(f"tensor_parallel_size {tp} starts {tp - 1} worker processes, and this process is a "
                             "daemonic one (a server's engine core?), which Python forbids to have children: build the "
                             "engine in a non-daemonic process.")
-        self.model, self.spec, self.tp = model, spec, tp
+        self.spec, self.tp = spec, tp
         self.closed, self.failed = False, None
         self.sent = Sent()                           # what sending the steps cost this host (for people)
         store = dist.TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
@@ -146,12 +148,7 @@ class TensorParallel:
         except BaseException:                        # (the started ones wait for rank 0 in the group's set-up)
             self.stop_now()
             raise
-        self.store = store
-        shard_model(model, 0, tp)
-        self.hooks = install(model, Comm(self.pg, 0, tp))
-        self.inner = model.forward
-        model.forward = self.forward                 # this model object only: the step's inputs go out first
-        model.tensor_parallel = self
+        self.store, self.comm = store, Comm(self.pg, 0, tp)
 
     def _wait_ready(self) -> None:
         """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""
@@ -180,16 +177,19 @@ class TensorParallel:
                 waiting.pop(c, None)
 
     # ---- each step --------------------------------------------------------------------------------
-    def forward(self, input_ids, kv, meta, ops=None):
+    @contextmanager
+    def step(self, input_ids, meta, default_ops: bool):
+        """Around rank 0's forward pass: its inputs sent to every worker first; an error inside it
+        (a worker's, or this rank's own) raised as ``failure`` says."""
         if self.closed:
             raise RankFailed(self.failed or "the tensor-parallel ranks were shut down (close()): build a new engine.")
         try:
             t0, c0 = time.perf_counter(), time.thread_time()
-            msg = pack(input_ids, meta, ops is None)
+            msg = pack(input_ids, meta, default_ops)
             for c in self.conns:
                 c.send_bytes(msg)
             self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg))
-            return self.inner(input_ids, kv, meta, ops=ops)
+            yield
         except Exception as e:
             err = self.failure(e)
             if err is e:

@@ -1,32 +1,34 @@
-"""Stage 12's contribution to the assembler: two options and one part, the other ranks.
+"""Stage 12's contribution to the assembler: two options and one part, the model.
 
-    slot             part                                             options it reads
-    tensor_parallel  TensorParallel (group.py): ranks 1..tp-1 as      tensor_parallel_size,
-                     worker processes, each loading its shard         distributed_backend
-                     (shard.py); this rank's model made shard 0,
-                     its collectives installed (layers.py)
-    kv_cache         None: the earlier stages' cache, asked for       tensor_parallel_size
-                     after this rank's model has become its shard,
-                     so it holds this rank's KV heads
+    slot    part                                                   options it reads
+    model   ShardedModel (model.py): rank 0's shard of the         tensor_parallel_size,
+            checkpoint (shard.py) with its collectives (layers.py) distributed_backend, model
+            and ranks 1..tp-1 started as worker processes, each
+            loading its own shard (group.py, worker.py)
 
-With ``tensor_parallel_size=1`` (the default) neither maker does anything: the engine is stage 11's,
-part for part. With more, every other part is the earlier stages' too (scheduler, KV manager,
-runner, sampler, step order), built once, in this process: only the model is split.
+The model is the first part the assembler asks for, so everything made after it is made for the
+shard: the sizes, the KV cache (this rank's KV heads), fused ops (its projections merged), the
+runner (whose every forward pass is ShardedModel's: the inputs go to the workers first). With
+``tensor_parallel_size=1`` (the default) the maker returns None: the engine is stage 11's, part for
+part. With more, every other part is the earlier stages' too (scheduler, KV manager, runner,
+sampler, step order), built once, in this process: only the model is split.
 """
 from __future__ import annotations
 
 import torch
 
-from l1_dense.checkpoint import resolve_model_dir
+from l1_dense.checkpoint import load_model, resolve_model_dir
 from l1_dense.config import ModelConfig
-from l5_scheduler.assemble import Stage
+from l5_scheduler.assemble import Checkpoint, Stage
 from l5_scheduler.llm import entry_points
 from l11_spec_decode.stage import STAGES as BEFORE
 from plumbing.errors import UserError
 
 from .group import TensorParallel, WorkerSpec
+from .layers import install
+from .model import ShardedModel
 from .options import OPTIONS
-from .shard import check_tp
+from .shard import check_tp, shard_model
 
 NAME = "l12_tensor_parallel"
 TIMEOUT_S = 60.0              # a collective waits this long for a rank before the engine stops
@@ -44,28 +46,31 @@ def backend_for(asked: str, device: str, tp: int) -> str:
     return asked if asked != "auto" else "nccl" if cuda else "gloo"
 
 
-def tensor_parallel(a):
-    """TensorParallel: the other ranks started, each with its shard; this rank's model made shard 0."""
-    tp, model = a.args.tensor_parallel_size, a.model
-    device, dtype = str(a.device), next(model.parameters()).dtype
-    backend = backend_for(a.args.distributed_backend, device, tp)
-    check_tp(model.cfg, tp)
-    path = resolve_model_dir(a.args.model)
-    if ModelConfig.from_dir(path) != model.cfg:
+def model(a):
+    """ShardedModel: the other ranks started, each loading its shard; this rank's shard, joined to them."""
+    tp = a.args.tensor_parallel_size
+    if tp == 1:
+        return None
+    given = a.given
+    path = given.path if isinstance(given, Checkpoint) else resolve_model_dir(a.args.model)
+    cfg = ModelConfig.from_dir(path)
+    if not isinstance(given, Checkpoint) and given.cfg != cfg:
         raise UserError(f"tensor_parallel_size {tp}: the other ranks load {path}, which is not this model's "
                         "checkpoint: pass the checkpoint as model=... (LLM(model, ...) does).")
+    device, dtype = (given.device, given.dtype) if isinstance(given, Checkpoint) else \
+        (str(next(given.parameters()).device), next(given.parameters()).dtype)
+    backend = backend_for(a.args.distributed_backend, device, tp)
+    check_tp(cfg, tp)
     mine = {o.name for o in OPTIONS}
-    spec = WorkerSpec(str(path), device, dtype, a.config, {k: v for k, v in a.args.given.items() if k not in mine},
+    spec = WorkerSpec(str(path), device, dtype, a.given_config, {k: v for k, v in a.args.given.items()
+                                                                  if k not in mine},
                       a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S)
-    return TensorParallel(model, spec, tp)
+    whole = load_model(path, device, dtype) if isinstance(given, Checkpoint) else given
+    shard = shard_model(whole, 0, tp)
+    group = TensorParallel(spec, tp)                 # each worker loads its own shard
+    install(shard, group.comm)
+    return ShardedModel(shard, group)
 
 
-def kv_cache(a):
-    """(the shard first): None, the earlier stages' cache, made after this rank's model has become its shard."""
-    if a.args.tensor_parallel_size > 1:
-        a.part("tensor_parallel")
-    return None
-
-
-STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(tensor_parallel=tensor_parallel, kv_cache=kv_cache)),)
+STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model)),)
 LLM, build_engine = entry_points(STAGES)

@@ -83,7 +83,7 @@ class Assembly:
     def __init__(self, given, tokenizer, config: EngineConfig | None, args: Values, stages: tuple[Stage, ...],
                  parts: dict | None = None):
         self.given, self.tokenizer, self.args, self.stages = given, tokenizer, args, stages
-        self._config = config                          # None: made for the model part, once it is loaded
+        self._config = self._given_config = config     # None: made for the model part, once it is loaded
         self.parts = dict(parts or {})                 # slot -> part: built, or given by the caller (tests)
         self.chosen: dict[str, str] = {slot: "given" for slot in self.parts}    # slot -> the stage that made it
         self._settled = False
@@ -91,6 +91,11 @@ class Assembly:
     @property
     def model(self):
         return self.part("model")
+
+    @property
+    def given_config(self) -> EngineConfig | None:
+        """The sizes the caller gave, or None (a model part may read this; ``config`` needs the model)."""
+        return self._given_config
 
     @property
     def config(self) -> EngineConfig:
@@ -115,8 +120,10 @@ class Assembly:
         return self.parts[slot]
 
     @property
-    def device(self):
-        return next(self.model.parameters()).device
+    def device(self) -> torch.device:
+        """Where the model is, or will be once the model part loads it."""
+        g = self.given
+        return torch.device(g.device) if isinstance(g, Checkpoint) else next(self.model.parameters()).device
 
     def pool(self):
         """The KV cache, and the sizes it settles: its layout may hold more blocks in the same memory

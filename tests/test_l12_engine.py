@@ -87,8 +87,25 @@ def test_tp1_is_stage_11s_engine_part_for_part():
     from l12_tensor_parallel import LLM
     kw = dict(device="cpu", impl="torch", num_gpu_blocks_override=32)
     e12, e11 = LLM(None, **kw).llm_engine, LLM11(None, **kw).llm_engine
-    assert e12.chosen == e11.chosen and "tensor_parallel" not in e12.chosen
-    assert not hasattr(e12.model, "tensor_parallel") and "forward" not in vars(e12.model)
+    assert e12.chosen == e11.chosen and e12.chosen["model"] == "l5_scheduler"
+    assert not hasattr(e12.model, "tensor_parallel")
+
+
+def test_tp2s_model_is_a_part_the_runner_calls_and_every_other_part_is_stage_11s():
+    """The model part is ShardedModel (no method of any object replaced), asked for first: the runner
+    holds it, the KV cache was sized for its shard's KV heads."""
+    from l11_spec_decode import LLM as LLM11
+    from l12_tensor_parallel import LLM
+    from l12_tensor_parallel.model import ShardedModel
+    kw = dict(device="cpu", impl="torch", num_gpu_blocks_override=32)
+    e11, e12 = LLM11(None, **kw).llm_engine, LLM(None, tensor_parallel_size=2, **kw).llm_engine
+    try:
+        assert isinstance(e12.model, ShardedModel) and e12.runner.model is e12.model
+        assert e12.chosen == dict(e11.chosen, model="l12_tensor_parallel")
+        assert not any("forward" in vars(m) for m in e12.model.modules())
+        assert e12.runner.cache.K[0].shape[-2] * 2 == e11.runner.cache.K[0].shape[-2]    # half the KV heads
+    finally:
+        e12.model.tensor_parallel.close()
 
 
 def started(tp: int = 2):
@@ -134,15 +151,15 @@ def test_a_worker_that_raises_is_named_with_its_error():
 
 
 @pytest.mark.deep
-def test_an_error_on_rank_0_mid_step_stops_the_workers_it_left_inside_the_step():
-    """Planted: rank 0's own forward raises after the workers got the step. Its error is raised as
+def test_an_error_on_rank_0_mid_step_stops_the_workers_it_left_inside_the_step(monkeypatch):
+    """Planted: rank 0's own shard raises after the workers got the step. Its error is raised as
     it is, the workers (waiting in a collective) are stopped at once, and the engine stays stopped."""
     from l12_tensor_parallel import RankFailed
     eng, group = started()
 
     def broken(*a, **kw):
         raise ValueError("planted")
-    group.inner = broken
+    monkeypatch.setattr(eng.model.shard, "forward", broken)
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="planted"):
         eng.step()
