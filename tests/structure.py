@@ -12,6 +12,10 @@ a planted violation). Each check takes a file (anything with ``read_text``, ``pa
                    comments (refusals may: an error names the stage that does what it refuses)
     runtime first  a module that imports Triton imports plumbing.runtime before it
     builders       no stage calls another stage's builder or inspects signatures
+    rebinding      no stage folder replaces a method on an object: ``x.forward = ...``, ``setattr(x,
+                   "forward", ...)``, or a function (a lambda, a def, a bound method) assigned to
+                   another object's attribute that a project class defines as a method (a
+                   callback slot that is no method's name is fine); a part, not a patch
 """
 from __future__ import annotations
 
@@ -193,6 +197,53 @@ def builder_calls(path) -> list[str]:
     return out
 
 
+def _function_value(value, local_functions: set) -> bool:
+    """A value that is a function: a lambda, a function defined in the file, or a bound method (x.name
+    where name is a method some class of the file defines)."""
+    if isinstance(value, ast.Lambda):
+        return True
+    if isinstance(value, ast.Name):
+        return value.id in local_functions
+    return isinstance(value, ast.Attribute) and value.attr in local_functions
+
+
+@functools.cache
+def _project_methods() -> frozenset:
+    """The names project classes define as methods (not properties: those are attributes)."""
+    out = {"forward", "__call__"}
+    for path in CODE:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                out |= {f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and not f.decorator_list}
+    return frozenset(out)
+
+
+def rebound_methods(path) -> list[str]:
+    if floor(path.parent.name) is None:
+        return []
+    tree = ast.parse(path.read_text())
+    functions = {f.name for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    methods = _project_methods()
+    out = []
+    for node in ast.walk(tree):
+        found = []
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Attribute) and not (isinstance(t.value, ast.Name) and t.value.id in ("self", "cls")) \
+                        and t.attr in methods and (t.attr in ("forward", "__call__")
+                                                   or _function_value(node.value, functions)):
+                    found.append(t.attr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant) \
+                and node.args[1].value in methods and (node.args[1].value in ("forward", "__call__")
+                                                       or _function_value(node.args[2], functions)):
+            found.append(node.args[1].value)
+        out += [f"{path.relative_to(ROOT)}:{node.lineno}: replaces {name!r} on an object with a function (rebinds "
+                "a method): make it a part" for name in found]
+    return out
+
+
 CHECKS = {"imports": higher_floor_imports, "plumbing": plumbing_imports, "length": too_long,
           "subclasses": engine_subclasses, "depth": deep_classes, "later names": later_names,
-          "runtime first": triton_before_runtime, "builders": builder_calls}
+          "runtime first": triton_before_runtime, "builders": builder_calls, "rebinding": rebound_methods}

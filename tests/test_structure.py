@@ -25,6 +25,8 @@ PLANTED = {
     "later names": ("l5_scheduler/planted.py", "x = 1   # the drafts of lesson 11\n"),
     "runtime first": ("l7_fast/planted.py", "import triton\nimport plumbing.runtime\n"),
     "builders": ("l8_sliding_window/planted.py", "from l7_fast.stage import build_engine\n"),
+    "rebinding": ("l12_tensor_parallel/planted.py", "class Group:\n    def forward(self, *a):\n        pass\n\n\n"
+                  "def part(a, group):\n    a.model.forward = group.forward\n"),
 }
 
 
@@ -51,6 +53,14 @@ def test_a_refusal_may_name_the_stage_that_does_what_it_refuses():
     text = 'def f():\n    raise ValueError("run it with stage 8 (l8_sliding_window)")\n'
     assert not CHECKS["later names"](_fake("l3_paged/planted.py", text))
     assert CHECKS["later names"](_fake("l3_paged/planted.py", 'X = "run it with stage 8"\n'))
+
+
+def test_the_rebinding_check_sees_each_way_to_replace_a_method_and_passes_a_callback_slot():
+    planted = {"setattr(model, 'forward', f)\n": True, "runner.execute = lambda out: None\n": True,
+               "def f(x):\n    pass\n\n\nengine.step = f\n": True,
+               "server.on_stop = lambda: None\n": False, "self.forward = f\n": False}
+    for text, caught in planted.items():
+        assert bool(CHECKS["rebinding"](_fake("l9_fp8_kv/planted.py", text))) == caught, text
 
 
 def test_the_checks_read_every_stage_folder():
