@@ -17,8 +17,9 @@ A query head h reads KV head h // (H_q / H_kv), so the KV heads a rank holds are
 query heads read: attention needs nothing from another rank. The two row-parallel matmuls each end
 in a partial sum (layers.py adds the all-reduce).
 
-``shard_model`` turns a model (rank 0's, loaded whole by ``LLM``) into its rank's shard in place;
-``load_shard`` builds a worker's from the safetensors files, reading only its slices.
+``load_shard`` builds a rank's model from the safetensors files, reading only its slices (every
+rank's, rank 0's too, when the engine is given a checkpoint: ``LLM``); ``shard_model`` turns a
+model already loaded whole (one given to ``build_engine``) into rank 0's shard in place.
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Stage 12's contribution to the assembler: two options and one part, the model.
 
     slot    part                                                   options it reads
-    model   ShardedModel (model.py): rank 0's shard of the         tensor_parallel_size,
-            checkpoint (shard.py) with its collectives (layers.py) distributed_backend, model
-            and ranks 1..tp-1 started as worker processes, each
-            loading its own shard (group.py, worker.py)
+    model   ShardedModel (model.py): rank 0's shard, read from     tensor_parallel_size,
+            the checkpoint's slices (shard.py), with its           distributed_backend, model
+            collectives (layers.py), and ranks 1..tp-1 started as
+            worker processes, each reading its own (group.py,
+            worker.py)
 
 The model is the first part the assembler asks for, so everything made after it is made for the
 shard: the sizes, the KV cache (this rank's KV heads), fused ops (its projections merged), the
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from l1_dense.checkpoint import load_model, resolve_model_dir
+from l1_dense.checkpoint import resolve_model_dir
 from l1_dense.config import ModelConfig
 from l5_scheduler.assemble import Checkpoint, Stage
 from l5_scheduler.llm import entry_points
@@ -28,7 +29,7 @@ from .group import TensorParallel, WorkerSpec
 from .layers import install
 from .model import ShardedModel
 from .options import OPTIONS
-from .shard import check_tp, shard_model
+from .shard import check_tp, load_shard, shard_model
 
 NAME = "l12_tensor_parallel"
 TIMEOUT_S = 60.0              # a collective waits this long for a rank before the engine stops
@@ -65,8 +66,10 @@ def model(a):
     spec = WorkerSpec(str(path), device, dtype, a.given_config, {k: v for k, v in a.args.given.items()
                                                                   if k not in mine},
                       a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S)
-    whole = load_model(path, device, dtype) if isinstance(given, Checkpoint) else given
-    shard = shard_model(whole, 0, tp)
+    if isinstance(given, Checkpoint):                # LLM's: this rank reads its slices only, as every rank does
+        shard = load_shard(path, device, dtype, 0, tp)
+    else:                                            # a model loaded whole (build_engine's caller): sliced in place
+        shard = shard_model(given, 0, tp)
     group = TensorParallel(spec, tp)                 # each worker loads its own shard
     install(shard, group.comm)
     return ShardedModel(shard, group)

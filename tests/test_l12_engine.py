@@ -91,14 +91,21 @@ def test_tp1_is_stage_11s_engine_part_for_part():
     assert not hasattr(e12.model, "tensor_parallel")
 
 
-def test_tp2s_model_is_a_part_the_runner_calls_and_every_other_part_is_stage_11s():
+def test_tp2s_model_is_a_part_the_runner_calls_and_every_other_part_is_stage_11s(monkeypatch):
     """The model part is ShardedModel (no method of any object replaced), asked for first: the runner
-    holds it, the KV cache was sized for its shard's KV heads."""
+    holds it, the KV cache was sized for its shard's KV heads. Rank 0 reads its slices of the
+    checkpoint only: the whole-model loader is never called."""
+    import l5_scheduler.stage
     from l11_spec_decode import LLM as LLM11
     from l12_tensor_parallel import LLM
     from l12_tensor_parallel.model import ShardedModel
     kw = dict(device="cpu", impl="torch", num_gpu_blocks_override=32)
-    e11, e12 = LLM11(None, **kw).llm_engine, LLM(None, tensor_parallel_size=2, **kw).llm_engine
+    e11 = LLM11(None, **kw).llm_engine
+
+    def whole(*a):
+        raise AssertionError("rank 0 loaded the whole checkpoint")
+    monkeypatch.setattr(l5_scheduler.stage, "load_model", whole)
+    e12 = LLM(None, tensor_parallel_size=2, **kw).llm_engine
     try:
         assert isinstance(e12.model, ShardedModel) and e12.runner.model is e12.model
         assert e12.chosen == dict(e11.chosen, model="l12_tensor_parallel")
