@@ -2,7 +2,8 @@
 runs the forward passes rank 0 sends it, nothing else (group.py draws the two sides).
 
     start   ignore Ctrl-C (rank 0 stops every rank), load this rank's slices of the checkpoint,
-            build the KV cache and ops with the same assembler parts and sizes as rank 0, say
+            build the KV cache and ops with the same assembler parts as rank 0, and its sizes (the
+            ones rank 0's assembler was given, or made alike from the same options), say
             "ready", join the process group, install the collectives
     loop    read a step from the pipe -> the forward pass (its all-reduces and gather meet rank
             0's); an empty message: stop; EOF (rank 0 is gone): stop
