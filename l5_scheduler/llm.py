@@ -12,8 +12,9 @@ finished in. The lower level is ``llm.llm_engine``: ``add_request`` / ``step`` /
 
 ``LLM(model, **options)`` checks every option against its declaration (options.py, and each later
 stage's own) before anything loads, then hands the checkpoint to the assembler, whose ``model``
-part loads it; the sizes (config.py) are made for the model loaded. Each stage exports its own ``LLM`` and ``build_engine``: the same
-two, over the stages up to it (``entry_points``): a later stage's ``LLM`` takes its options too.
+part loads it; the sizes (config.py) are made for the model loaded. Each stage exports its own
+``LLM`` and ``build_engine``: the same two, over the stages up to it (``entry_points``): a later
+stage's ``LLM`` takes its options too.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from plumbing.cli import check_device_dtype, dtype_name_of
 from plumbing.errors import UserError
 from plumbing.runtime import default_device, default_dtype
 from l1_dense.checkpoint import load_tokenizer, resolve_model_dir
+from l1_dense.config import ModelConfig
 
 from . import assemble
 from .assemble import Checkpoint, engine_config  # noqa: F401  (engine_config: scripts size an engine by it)
@@ -38,9 +40,11 @@ class LLM:
         dtype = check_device_dtype(device, dtype_name_of(default_dtype(device)) if args.dtype in (None, "auto")
                                    else args.dtype)
         path = resolve_model_dir(args.model)
+        ModelConfig.from_dir(path)                 # a broken config.json: named before the tokenizer reads it
         self.tokenizer = load_tokenizer(path)
         # the model slot loads it (a broken checkpoint: one UserError naming the file); the sizes follow it
-        self.llm_engine = assemble.build_engine(Checkpoint(path, device, dtype), self.tokenizer, None, stages, args=args)
+        self.llm_engine = assemble.build_engine(Checkpoint(path, device, dtype), self.tokenizer, None, stages,
+                                                args=args)
         self.model = self.llm_engine.model
 
     def generate(self, prompts, sampling_params=None, use_tqdm: bool = True) -> list[RequestOutput]:

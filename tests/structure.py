@@ -230,7 +230,8 @@ def rebound_methods(path) -> list[str]:
         found = []
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                if isinstance(t, ast.Attribute) and not (isinstance(t.value, ast.Name) and t.value.id in ("self", "cls")) \
+                own = isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in ("self", "cls")
+                if isinstance(t, ast.Attribute) and not own \
                         and t.attr in methods and (t.attr in ("forward", "__call__")
                                                    or _function_value(node.value, functions)):
                     found.append(t.attr)

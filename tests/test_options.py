@@ -40,8 +40,8 @@ def test_an_earlier_stages_llm_names_the_stage_that_adds_an_option(later, option
 
 
 def test_bad_values_and_unknown_options_are_refused_before_anything_loads(monkeypatch):
-    import l5_scheduler.llm as llm
-    monkeypatch.setattr(llm, "load_model", lambda *a: pytest.fail("the model loaded before the options were checked"))
+    import l5_scheduler.stage as stage                   # the model part's maker loads it
+    monkeypatch.setattr(stage, "load_model", lambda *a: pytest.fail("the model loaded before the options were checked"))
     from l11_spec_decode import LLM
     for kw, msg in [(dict(block_size=0), "block_size must be a positive integer, got 0"),
                     (dict(enable_prefix_caching="yes"), "enable_prefix_caching must be a bool, got 'yes'"),
