@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import multiprocessing as mp
 import multiprocessing.connection as mpc
+import pickle
 import time
 import weakref
 from contextlib import contextmanager
@@ -152,7 +153,7 @@ class TensorParallel:
 
     def _wait_ready(self) -> None:
         """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""
-        waiting = dict(zip(self.conns, range(1, self.tp)))
+        waiting, self.sizes = dict(zip(self.conns, range(1, self.tp))), {}
         deadline = time.monotonic() + START_TIMEOUT_S
         while waiting:
             sentinels = {self.procs[r - 1].sentinel: r for r in waiting.values()}
@@ -174,7 +175,17 @@ class TensorParallel:
                     raise RankFailed(f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)} while starting (its error "
                                      "is above; a script that builds the engine when imported must do it under "
                                      "`if __name__ == '__main__':`, since each rank imports the main module).")
+                self.sizes[r] = line                 # the EngineConfig its GPU could hold
                 waiting.pop(c, None)
+
+    def agree(self, mine):
+        """The sizes every rank builds its pool for: the smallest pool any rank's memory holds (a
+        block id is a slot on every rank), sent to the workers, which build their caches now."""
+        agreed = min([mine, *self.sizes.values()], key=lambda c: c.num_blocks)
+        msg = pickle.dumps(agreed)
+        for c in self.conns:
+            c.send_bytes(msg)
+        return agreed
 
     # ---- each step --------------------------------------------------------------------------------
     @contextmanager
@@ -249,4 +260,10 @@ class TensorParallel:
         if not self.closed:
             self.closed = True
             self._finalizer()
+            abort = getattr(self.pg, "abort", None)  # NCCL: drop the communicators now, without waiting on peers
+            if abort is not None and self.spec.backend == "nccl":
+                try:
+                    abort()
+                except Exception:                    # noqa: BLE001  (already torn down)
+                    pass
             self.pg = None

@@ -1,28 +1,34 @@
-"""Stage 12's contribution to the assembler: two options and one part, the model.
+"""Stage 12's contribution to the assembler: two options and two parts.
 
     slot    part                                                   options it reads
     model   ShardedModel (model.py): rank 0's shard, read from     tensor_parallel_size,
             the checkpoint's slices (shard.py), with its           distributed_backend, model
             collectives (layers.py), and ranks 1..tp-1 started as
             worker processes, each reading its own (group.py,
-            worker.py)
+            worker.py); every rank's pool the smallest any holds
+    runner  on GPUs at tp > 1, the eager runner (no CUDA graphs    tensor_parallel_size,
+            across ranks yet); elsewhere stage 7's choice          enforce_eager
 
 The model is the first part the assembler asks for, so everything made after it is made for the
 shard: the sizes, the KV cache (this rank's KV heads), fused ops (its projections merged), the
 runner (whose every forward pass is ShardedModel's: the inputs go to the workers first). With
 ``tensor_parallel_size=1`` (the default) the maker returns None: the engine is stage 11's, part for
 part. With more, every other part is the earlier stages' too (scheduler, KV manager, runner,
-sampler, step order), built once, in this process: only the model is split.
+sampler, step order), built once, in this process: only the model is split (and, on GPUs, the
+runner is the eager one).
 """
 from __future__ import annotations
+
+import sys
 
 import torch
 
 from l1_dense.checkpoint import resolve_model_dir
 from l1_dense.config import ModelConfig
-from l5_scheduler.assemble import Checkpoint, Stage
+from l5_scheduler.assemble import Checkpoint, Stage, engine_config
 from l5_scheduler.llm import entry_points
 from l11_spec_decode.stage import STAGES as BEFORE
+from l7_fast.warmup import warm_up
 from plumbing.errors import UserError
 
 from .group import TensorParallel, WorkerSpec
@@ -70,10 +76,31 @@ def model(a):
         shard = load_shard(path, device, dtype, 0, tp)
     else:                                            # a model loaded whole (build_engine's caller): sliced in place
         shard = shard_model(given, 0, tp)
-    group = TensorParallel(spec, tp)                 # each worker loads its own shard
+    group = TensorParallel(spec, tp)                 # each worker loads its own shard, sizes its pool
+    try:
+        mine = a.given_config or engine_config(a.args, shard, device, dtype)
+        a.config = group.agree(mine)                 # the smallest pool any rank holds, on every rank
+    except BaseException:
+        group.stop_now()
+        raise
     install(shard, group.comm)
     return ShardedModel(shard, group)
 
 
-STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model)),)
+def runner(a):
+    """On GPUs at tp > 1: the eager runner, warmed up. A CUDA graph replay on rank 0 does not call the
+    model, so the workers would never hear of the step: graphs across ranks are not built yet, and
+    the engine says so in one line unless enforce_eager was asked for."""
+    if a.args.tensor_parallel_size == 1 or a.device.type != "cuda":
+        return None
+    r = a.part("eager_runner")
+    r.warmup_report = warm_up(r, progress=True)                # nothing compiles after start-up
+    print(r.warmup_report.line(), file=sys.stderr)
+    if not a.args.enforce_eager:
+        print(f"l12_tensor_parallel: tensor_parallel_size {a.args.tensor_parallel_size} runs every step eagerly: CUDA "
+              "graphs are not captured across ranks yet (enforce_eager and prefill_graphs are ignored)", file=sys.stderr)
+    return r
+
+
+STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner)),)
 LLM, build_engine = entry_points(STAGES)

@@ -1,10 +1,12 @@
 """A worker: one tensor-parallel rank other than 0. It holds a shard and a KV cache for its heads, and
 runs the forward passes rank 0 sends it, nothing else (group.py draws the two sides).
 
-    start   ignore Ctrl-C (rank 0 stops every rank), load this rank's slices of the checkpoint,
-            build the KV cache and ops with the same assembler parts as rank 0, and its sizes (the
-            ones rank 0's assembler was given, or made alike from the same options), say
-            "ready", join the process group, install the collectives
+    start   ignore Ctrl-C (rank 0 stops every rank), take its GPU (cuda:rank), load this rank's
+            slices of the checkpoint, size a pool for them (the sizes rank 0's assembler was
+            given, or made alike from the same options and this GPU's free memory), say "ready"
+            with those sizes, join the process group, install the collectives; then read the
+            sizes every rank agreed on (rank 0's choice: the smallest pool, stage.py) and build
+            the KV cache and ops with the same assembler parts as rank 0, for that pool
     loop    read a step from the pipe -> the forward pass (its all-reduces and gather meet rank
             0's); an empty message: stop; EOF (rank 0 is gone): stop
     error   send the error's first line to rank 0, exit 1 (rank 0 names it in its one line)
@@ -12,6 +14,7 @@ runs the forward passes rank 0 sends it, nothing else (group.py draws the two si
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 
 
@@ -25,8 +28,8 @@ def device_of(spec, rank: int) -> str:
     return f"cuda:{rank}" if spec.device.startswith("cuda") else spec.device
 
 
-def _build(rank: int, tp: int, spec):
-    """This rank's model, KV cache and ops: the same parts rank 0's runner uses, for its shard."""
+def _assembly(rank: int, tp: int, spec, config):
+    """This rank's shard and an Assembly of the same parts rank 0's runner uses, for it."""
     import plumbing.runtime  # noqa: F401  (before any kernel: the interpreter on a CPU)
     from importlib import import_module
 
@@ -38,8 +41,7 @@ def _build(rank: int, tp: int, spec):
     stages = tuple(s for s in every if s.name in spec.stages)
     args = resolve_options(stages, spec.given)
     args.impl = spec.impl
-    a = Assembly(model, None, spec.config, args, stages)
-    return model, a.pool(), a.part("ops")
+    return model, Assembly(model, None, config, args, stages)
 
 
 def main(rank: int, tp: int, port: int, conn, spec) -> None:
@@ -47,19 +49,31 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
     try:
         import datetime
 
+        import torch
         import torch.distributed as dist
+
+        from l5_scheduler.assemble import Assembly
 
         from .comm import Comm, process_group
         from .layers import install
-        model, cache, ops = _build(rank, tp, spec)
+        if spec.device.startswith("cuda"):
+            torch.cuda.set_device(rank)              # before NCCL: its communicator is on this GPU
+        model, a = _assembly(rank, tp, spec, spec.config)
         store = dist.TCPStore("127.0.0.1", port, tp, is_master=False,
                               timeout=datetime.timedelta(seconds=spec.timeout_s))
-        conn.send(("ready", None))
+        conn.send(("ready", a.config))               # the pool this GPU could hold
         pg = process_group(spec.backend, store, rank, tp, spec.timeout_s)
         install(model, Comm(pg, rank, tp))
+        msg = conn.recv_bytes()                      # every rank's pool the same size: the block tables are shared
+        if not msg:
+            os._exit(0)                              # close() before the engine was built
+        agreed = pickle.loads(msg)
+        a = Assembly(model, None, agreed, a.args, a.stages)
+        cache, ops = a.pool(), a.part("ops")
     except BaseException as e:                       # noqa: BLE001  (told to rank 0, which raises it)
         _tell(conn, e)
     serve(conn, model, cache, ops, device_of(spec, rank))
+    os._exit(0)                                      # no teardown of the group: NCCL's can wait on a peer gone
 
 
 def serve(conn, model, cache, ops, device) -> None:

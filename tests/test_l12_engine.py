@@ -18,11 +18,12 @@ ROW = dict(enable_prefix_caching=True, model="tiny-qwen3", kv_cache_dtype="auto"
            async_scheduling=True, fused_ops=False)
 
 
-def run_tp(row: dict, tp: int, **extra):
+def run_tp(row: dict, tp: int, device: str = "cpu", **extra):
     """The matrix workload through stage 12's engine: tokens, logits, the engine (its ranks closed)."""
     from l4_sampler.params import SamplingParams
     from l12_tensor_parallel import LLM
-    opts = m.options(row) | dict(num_gpu_blocks_override=m.pool_override(row, "cpu"), tensor_parallel_size=tp) | extra
+    opts = m.options(row, device) | dict(num_gpu_blocks_override=m.pool_override(row, device),
+                                         tensor_parallel_size=tp) | extra
     eng = LLM(row["model"], **opts).llm_engine
     try:
         params = SamplingParams(temperature=0, max_tokens=m.NEW_TOKENS, ignore_eos=True)
@@ -38,8 +39,8 @@ def run_tp(row: dict, tp: int, **extra):
     return [eng.requests[i].output_ids for i in ids], [eng.requests[i].logits for i in ids], eng
 
 
-def check(row: dict, tp: int, **extra):
-    tokens, logits, eng = run_tp(row, tp, **extra)
+def check(row: dict, tp: int, device: str = "cpu", **extra):
+    tokens, logits, eng = run_tp(row, tp, device, **extra)
     assert m.judge(row, tokens, logits) is None
     assert any(s.preempted for s in eng.stats) and any(st + n < full for s in eng.stats for _, st, n, full in s.chunks)
     assert (eng.scheduler.kv.stats.hits > 0) == row["enable_prefix_caching"]
@@ -235,3 +236,20 @@ def test_a_model_that_is_not_its_checkpoint_is_refused_before_any_rank_starts():
     cfg = make_config(model.cfg, "cpu", torch.float32, num_gpu_blocks_override=16)
     with pytest.raises(UserError, match="which is not this model's checkpoint"):
         build_engine(model, None, cfg, tensor_parallel_size=2, impl="torch")
+
+
+def test_every_rank_builds_the_smallest_pool_any_rank_holds():
+    """Rank 0 and each worker size a pool for their own GPU's free memory; a block id must be a slot
+    on every rank, so all build the smallest (planted: the largest, or rank 0's own, fails)."""
+    import multiprocessing as mp
+    import pickle
+
+    from l5_scheduler.config import EngineConfig
+    from l12_tensor_parallel.group import TensorParallel
+    group = TensorParallel.__new__(TensorParallel)
+    pipes = [mp.Pipe() for _ in range(2)]
+    group.conns = [mine for mine, _ in pipes]
+    group.sizes = {1: EngineConfig(16, 900, 64, 8, 1024), 2: EngineConfig(16, 700, 64, 8, 1024)}
+    agreed = group.agree(EngineConfig(16, 800, 64, 8, 1024))
+    assert agreed.num_blocks == 700
+    assert all(pickle.loads(theirs.recv_bytes()) == agreed for _, theirs in pipes)
