@@ -1,0 +1,149 @@
+"""What bench_tp.py runs in a process of its own (so that each engine's GPU memory is free for the
+next): one engine's measurements, or the all-reduce probe over the host's GPUs. Each prints one
+line of JSON last; bench_tp.py reads it."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+from benchmarks.bench_common import workload
+
+GRAPH_REPS = 20                  # all-reduces captured in one CUDA graph
+ITERS = 200                      # eager all-reduces timed back to back
+
+
+def engine(spec: dict) -> dict:
+    """Start-up, single-stream ms/token, e2e tok/s, and (tokens=True) greedy tokens and their logits."""
+    from l4_sampler.params import SamplingParams
+    from l12_tensor_parallel import LLM
+    t0 = time.perf_counter()
+    llm = LLM(spec["path"], device=spec["device"], dtype=getattr(torch, spec["dtype"]), seed=0,
+              tensor_parallel_size=spec["tp"], enforce_eager=spec["eager"], keep_logits=spec["tokens"],
+              **({"num_gpu_blocks_override": 64} if spec["device"] == "cpu" else {}))
+    eng = llm.llm_engine
+    out = dict(start_s=time.perf_counter() - t0, num_blocks=eng.config.num_blocks,
+               modes=sorted(set(getattr(eng.runner, "mode_log", []))))
+    vocab = llm.model.cfg.vocab_size
+
+    def gen(prompts, n):
+        p = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+        torch.cuda.synchronize() if spec["device"] == "cuda" else None
+        t = time.perf_counter()
+        res = llm.generate([{"prompt_token_ids": q} for q in prompts], p, use_tqdm=False)
+        torch.cuda.synchronize() if spec["device"] == "cuda" else None
+        return time.perf_counter() - t, res
+
+    if spec["tokens"]:                               # greedy tokens and each token's logits, for tp 2 vs tp 1
+        prompts = [w for w, _ in workload(spec["token_prompts"], 16, 64, vocab, 7)]
+        ids = [eng.add_request({"prompt_token_ids": q}, SamplingParams(temperature=0, max_tokens=spec["token_steps"],
+                                                                       ignore_eos=True)) for q in prompts]
+        while eng.has_unfinished_requests():
+            eng.step()
+        torch.save([(eng.requests[i].output_ids, torch.stack(eng.requests[i].logits).float().cpu()) for i in ids],
+                   spec["tokens_file"])
+    else:
+        prompt, n = workload(1, 64, 64, vocab, 3)[0][0], spec["stream_tokens"]
+        gen([prompt], 4)                             # warm: the first call's host work
+        t1 = min(gen([prompt], 1)[0] for _ in range(2))
+        tn = min(gen([prompt], n + 1)[0] for _ in range(2))
+        out["ms_per_token"] = (tn - t1) / n * 1e3
+        work = workload(spec["requests"], spec["min_len"], spec["max_len"], vocab, 0)
+        gen([p for p, _ in workload(8, spec["min_len"], spec["max_len"], vocab, 1)], 8)   # warm-up, other prompts
+        p = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for _, m in work]
+        torch.cuda.synchronize() if spec["device"] == "cuda" else None
+        t = time.perf_counter()
+        llm.generate([{"prompt_token_ids": q} for q, _ in work], p, use_tqdm=False)
+        torch.cuda.synchronize() if spec["device"] == "cuda" else None
+        out["e2e_s"] = time.perf_counter() - t
+        out["e2e_tok_s"] = sum(m for _, m in work) / out["e2e_s"]
+    group = getattr(eng.model, "tensor_parallel", None)
+    if group is not None:
+        out["sent"] = str(group.sent)
+        out["send_cpu_us"] = group.sent.cpu_s / max(group.sent.steps, 1) * 1e6
+        group.close()
+    return out
+
+
+def _rank(rank: int, size: int, port: int, sizes: list, path: str) -> None:
+    """One rank of the all-reduce probe: eager and graph-replayed NCCL at each message size."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from l12_tensor_parallel.comm import process_group
+    torch.cuda.set_device(rank)
+    store = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=datetime.timedelta(seconds=60))
+    pg = process_group("nccl", store, rank, size, 60.0)
+    res = []
+    for nbytes in sizes:
+        x = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+        for _ in range(20):
+            pg.allreduce([x]).wait()
+        torch.cuda.synchronize()
+        pg.allreduce([torch.ones(1, device="cuda")]).wait()          # line the ranks up
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(ITERS):
+            pg.allreduce([x]).wait()
+        b.record()
+        torch.cuda.synchronize()
+        row = dict(bytes=nbytes, eager_us=a.elapsed_time(b) / ITERS * 1e3)
+        try:
+            s = torch.cuda.Stream()
+            with torch.cuda.stream(s):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, stream=s):
+                    for _ in range(GRAPH_REPS):
+                        pg.allreduce([x]).wait()
+            torch.cuda.synchronize()
+            g.replay()
+            torch.cuda.synchronize()
+            pg.allreduce([torch.ones(1, device="cuda")]).wait()
+            torch.cuda.synchronize()
+            a.record()
+            for _ in range(10):
+                g.replay()
+            b.record()
+            torch.cuda.synchronize()
+            row["graph_us"] = a.elapsed_time(b) / (10 * GRAPH_REPS) * 1e3
+        except Exception as e:                       # noqa: BLE001  (reported, not hidden)
+            row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        res.append(row)
+    if rank == 0:
+        with open(path, "w") as f:
+            json.dump(res, f)
+    torch.cuda.synchronize()
+    os._exit(0)                                      # no destroy_process_group: it can hang after graph capture
+
+
+def allreduce(spec: dict) -> dict:
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = spec["path"]
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_rank, args=(r, spec["size"], port, spec["sizes"], path)) for r in range(spec["size"])]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+        if p.is_alive():
+            p.kill()
+    with open(path) as f:
+        return dict(rows=json.load(f))
+
+
+if __name__ == "__main__":
+    spec = json.loads(sys.argv[1])
+    result = (allreduce if spec["kind"] == "allreduce" else engine)(spec)
+    print(json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)                                      # workers are closed; skip NCCL's teardown at exit

@@ -1,0 +1,106 @@
+"""bench_tp.py's floors, table, goal verdicts and files (JSON, markdown, PNG)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from plumbing.plot import pyplot, wrote
+
+GOALS = dict(stream=1.6, e2e=1.8)           # issue 40: tp 2 against tp 1 (as shipped: CUDA graphs)
+
+
+def floors(meta: dict, rows: dict, ar, path: str) -> None:
+    """Each row's single-stream floor: the weights read once over its ranks at the measured copy
+    bandwidth, plus its all-reduces at NCCL's eager time for one token (tp > 1); and the fraction of
+    it reached."""
+    from l1_dense.config import ModelConfig
+    cfg = ModelConfig.from_dir(path)
+    weights = sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "*.safetensors")))
+    meta.update(weight_bytes=weights, all_reduces_per_step=2 * cfg.num_layers + 1)
+    one = ar[0]["eager_us"] if ar else None
+    for r in rows.values():
+        if not meta["copy_GBps"] or "ms_per_token" not in r:
+            continue
+        comm = meta["all_reduces_per_step"] * one * 1e-3 if r["tp"] > 1 and one else 0.0
+        r["floor_ms"] = weights / (r["tp"] * meta["copy_GBps"] * 1e9) * 1e3 + comm
+        r["floor_comm_ms"] = comm
+        r["of_floor"] = r["floor_ms"] / r["ms_per_token"]
+
+
+def verdicts(meta: dict, rows: dict) -> list[str]:
+    base, tp = rows.get("tp 1 (graphs)"), next((r for k, r in rows.items() if r["tp"] > 1), None)
+    if meta["quick"] or not base or not tp or "ms_per_token" not in tp:
+        return []
+    s, e = base["ms_per_token"] / tp["ms_per_token"], tp["e2e_tok_s"] / base["e2e_tok_s"]
+    meta.update(stream_speedup=s, e2e_speedup=e)
+    say = lambda ok: "met" if ok else "NOT met"                                     # noqa: E731
+    return [f"goal: single stream tp {meta['tp']} >= {GOALS['stream']}x tp 1: {s:.2f}x, {say(s >= GOALS['stream'])}",
+            f"goal: e2e tp {meta['tp']} >= {GOALS['e2e']}x tp 1: {e:.2f}x, {say(e >= GOALS['e2e'])}"]
+
+
+def table(meta: dict, rows: dict, tokens, ar) -> str:
+    lines = [f"bench_tp: {meta['device']} x {meta['gpus']}, {meta['preset']} ({meta['dtype']}, random weights, "
+             f"{meta['weight_bytes'] / 1e9:.1f} GB), NCCL {meta['nccl']}, torch {meta['torch']}, copy bandwidth "
+             f"{(meta['copy_GBps'] or 0):.0f} GB/s",
+             "", "| row | start-up s | KV blocks | single stream ms/token | floor ms | of floor | e2e tok/s | "
+             "send to workers us/step |", "|---|---|---|---|---|---|---|---|"]
+    for k, r in rows.items():
+        f = lambda key, fmt: format(r[key], fmt) if r.get(key) is not None else "-"   # noqa: E731
+        lines.append(f"| {k} | {f('start_s', '.1f')} | {r.get('num_blocks', '-')} | {f('ms_per_token', '.2f')} | "
+                     f"{f('floor_ms', '.2f')} | {f('of_floor', '.0%')} | {f('e2e_tok_s', ',.0f')} | "
+                     f"{f('send_cpu_us', '.0f')} |")
+    lines.append(f"e2e: {meta['requests']} requests, prompts and outputs uniform in {meta['lengths']}; single stream: "
+                 f"{meta['stream_tokens']} tokens after a 64-token prompt")
+    lines += verdicts(meta, rows)
+    if tokens:
+        same = sum(t["first_diff_step"] is None for t in tokens)
+        lines += ["", f"greedy {meta['dtype']}, tp {meta['tp']} against tp 1 (both eager): {same} of {len(tokens)} prompts equal "
+                      f"for all {tokens[0]['steps']} steps",
+                  "| prompt | first differing step | max logit diff there | before it | tp 1's top-2 margin there |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {i} | {t['first_diff_step'] if t['first_diff_step'] is not None else 'none'} | "
+                  f"{t['max_logit_diff']:.3f} | {t['max_logit_diff_before']:.3f} | {t['tp1_margin']:.3f} |"
+                  for i, t in enumerate(tokens)]
+    if ar:
+        lines += ["", f"all-reduce, bf16, {meta['tp']} GPUs, one process each (µs per all-reduce; ours: not built yet)",
+                  "| bytes | decode batch | NCCL eager | NCCL in a CUDA graph |", "|---|---|---|---|"]
+        hidden = ar[0]["bytes"] // 2
+        lines += [f"| {r['bytes']:,} | {r['bytes'] // (2 * hidden)} | {r['eager_us']:.1f} | "
+                  f"{format(r['graph_us'], '.1f') if 'graph_us' in r else r.get('graph_error', '-')} |" for r in ar]
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: str, plt) -> None:
+    rows, ar = res["rows"], res["allreduce"]
+    fig, axes = plt.subplots(1, 3 if ar else 2, figsize=(15 if ar else 10, 4))
+    names = list(rows)
+    axes[0].bar(names, [rows[k].get("ms_per_token", 0) for k in names], color="C0", label="measured")
+    axes[0].plot(names, [rows[k].get("floor_ms", 0) for k in names], "k_", ms=30, mew=2, label="floor")
+    axes[0].set(ylabel="ms / token", title=f"single stream, {res['meta']['preset']}")
+    axes[0].legend(fontsize=8)
+    axes[1].bar(names, [rows[k].get("e2e_tok_s", 0) for k in names], color="C1")
+    axes[1].set(ylabel="output tok/s", title=f"e2e, {res['meta']['requests']} requests")
+    if ar:
+        b = [r["bytes"] for r in ar]
+        axes[2].plot(b, [r["eager_us"] for r in ar], "o-", label="NCCL eager")
+        axes[2].plot([r["bytes"] for r in ar if "graph_us" in r], [r["graph_us"] for r in ar if "graph_us" in r],
+                     "s-", label="NCCL in a CUDA graph")
+        axes[2].set(xscale="log", xlabel="bytes", ylabel="µs", title="all-reduce")
+        axes[2].legend(fontsize=8)
+    fig.suptitle(f"{res['meta']['device']} x {res['meta']['gpus']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def save(stem: str, res: dict) -> None:
+    os.makedirs(os.path.dirname(stem), exist_ok=True)
+    text = table(res["meta"], res["rows"], res["tokens"], res["allreduce"])
+    with open(stem + ".json", "w") as f:
+        json.dump(res, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(text + "\n")
+    plt = pyplot()
+    if plt is not None:
+        plot(res, stem + ".png", plt)
+    print(wrote(stem + ".json", stem + ".md", stem + ".png"))
