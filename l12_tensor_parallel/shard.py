@@ -35,6 +35,7 @@ from l1_dense.checkpoint import _weight_files
 from l1_dense.config import ModelConfig
 from l1_dense.model import CausalLM, rope_inv_freq
 from plumbing.errors import UserError
+from plumbing.exercise import learner_can_replace
 
 from .layers import ParallelLMHead, VocabParallelEmbedding
 
@@ -68,6 +69,7 @@ def local_config(cfg: ModelConfig, tp: int) -> ModelConfig:
                                intermediate_size=cfg.intermediate_size // tp)
 
 
+@learner_can_replace  # lesson 12's build-it exercise: exercises/l12_tensor_parallel.py
 def slice_for(name: str, shape: tuple, cfg: ModelConfig, rank: int, tp: int) -> Slice | None:
     """Rank ``rank``'s slice of the full weight ``name`` (of ``shape``), or None: replicated."""
     D = cfg.head_dim

@@ -87,10 +87,11 @@ def _block_after(text, marker):
 @pytest.mark.parametrize("lesson,script,marker", [
     ("l1_dense", "l1_smoke", "Expected from `python scripts/l1_smoke.py`"),
     ("l2_gather", "l2_smoke", "Expected from `python scripts/l2_smoke.py`"),
+    ("l12_tensor_parallel", "l12_smoke", "Expected from `python scripts/l12_smoke.py --tensor-parallel-size 2`"),
 ])
 def test_lesson_expected_block_is_what_the_smoke_script_prints(lesson, script, marker):
     expected = _block_after((ROOT / "lessons" / f"{lesson}.md").read_text(), marker)
-    _, out = _run(script, [])
+    _, out = _run(script, marker.split("`")[1].split()[2:])      # the flags the marker quotes
     for line in expected:
         assert line in out, f"{lesson}.md quotes {line!r}, {script}.py printed:\n{out}"
 
