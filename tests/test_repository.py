@@ -260,3 +260,22 @@ def test_ctrl_c_while_a_benchmark_loads_torch_is_one_line_and_sigint_status():
     lines = [ln for ln in err.splitlines() if not ln.startswith("import time:")]
     assert rc in (-signal.SIGINT, 130), f"exit status {rc}; stderr:\n{err[-2000:]}"
     assert lines == ["interrupted (Ctrl-C)"], lines[-20:]
+
+
+def uninstalled_packages(root: Path) -> list[str]:
+    """Top-level packages (folders with an __init__.py) that pyproject.toml's package list leaves out:
+    an editable install would not find them from another folder (a script, a fresh clone)."""
+    import fnmatch                                           # (tomllib is 3.11+: the project supports 3.10)
+    line = re.search(r"^include = \[(.*)\]$", (root / "pyproject.toml").read_text(), re.M)
+    include = re.findall(r'"([^"]+)"', line.group(1)) if line else []
+    return sorted(d.name for d in root.iterdir() if (d / "__init__.py").exists() and d.name not in ("tests",)
+                  and not any(fnmatch.fnmatch(d.name, pat) for pat in include))
+
+
+def test_every_package_is_in_pyprojects_list(tmp_path):
+    assert uninstalled_packages(ROOT) == []
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.packages.find]\ninclude = ["l1_dense*"]\n')
+    for name in ("l1_dense", "l12_new_stage"):                 # planted: a stage the list forgets
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    assert uninstalled_packages(tmp_path) == ["l12_new_stage"]
