@@ -17,6 +17,7 @@ server detokenizes streams with its own (a fast tokenizer must not be shared bet
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import multiprocessing
 import threading
@@ -29,6 +30,16 @@ from plumbing.errors import UserError
 from .engine_core import run_engine_core
 from .metrics import Metrics
 from .submission import Submission
+
+
+def _stop_at_exit(proc) -> None:
+    """At the server's exit, whatever ended it: the engine core goes too (a bounded wait, then a kill)."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(1)
 
 
 class QueueFull(Exception):
@@ -48,8 +59,9 @@ class AsyncLLM:
         to_core_r, to_core_w = ctx.Pipe(duplex=False)
         from_core_r, from_core_w = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=run_engine_core, args=(model, llm_kwargs, to_core_r, from_core_w),
-                                name="engine-core", daemon=True)
-        self.proc.start()
+                                name="engine-core", daemon=False)   # its parts may start processes of their own,
+        self.proc.start()                                 # which Python forbids a daemonic process
+        atexit.register(_stop_at_exit, self.proc)         # so stopped here at exit (before multiprocessing joins it)
         to_core_r.close()                                 # the child's ends: with ours closed, each side
         from_core_w.close()                               # sees EOF when the other exits
         self._to_core, self._from_core = to_core_w, from_core_r
