@@ -29,11 +29,16 @@ def _children(pid: int) -> set[int]:
 
 
 def test_tp2_serves_the_offline_tokens_and_leaves_no_rank_behind():
+    import torch
+
+    from l10_server.serve import impl_options
     from l12_tensor_parallel import LLM, SamplingParams
-    fast = dict(impl="torch", fused_ops=False, gemv=False, split_kv=False)   # the server's --impl auto on a CPU
-    want = [o.outputs[0].token_ids for o in LLM("tiny-qwen3", **fast).generate(
+    cuda = torch.cuda.is_available()             # float32 on a GPU too: no bf16 near-tie between tp 1 and tp 2
+    same = dict(impl_options("cuda" if cuda else "cpu"), dtype="float32",
+                **(dict(num_gpu_blocks_override=512) if cuda else {}))
+    want = [o.outputs[0].token_ids for o in LLM("tiny-qwen3", **same).generate(
         PROMPTS, SamplingParams(max_tokens=12, temperature=0), use_tqdm=False)]
-    with running_server("tiny-qwen3", tensor_parallel_size=2) as (base, server):
+    with running_server("tiny-qwen3", tensor_parallel_size=2, dtype="float32") as (base, server):
         assert "l12_tensor_parallel's engine" in server.describe
         core = server.async_llm.proc.pid
         ranks = {core} | _children(core)
