@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from l5_scheduler.outputs import logprob_dict
+from l5_scheduler.outputs import prompt_logprob_dicts
 from l5_scheduler.request import decoder
 from plumbing.errors import UserError
 
@@ -161,8 +161,8 @@ class Submission:
         """Stage 4's TokenLogprobs of the prompt -> vLLM's list, decoded here as the engine decodes it
         offline (l5_scheduler/outputs.py: the same function, the request's special-token options)."""
         p = self.params
-        decode = decoder(self.owner.front_tokenizer, p.skip_special_tokens, p.spaces_between_special_tokens)
-        return [None] + [logprob_dict(lp, decode) for lp in lps]
+        return prompt_logprob_dicts(lps, decoder(self.owner.front_tokenizer, p.skip_special_tokens,
+                                                 p.spaces_between_special_tokens))
 
     def close(self) -> None:
         """Abort whatever has not finished; count the submission out (once)."""

@@ -19,12 +19,17 @@ class TokenLogprobs:
     rank: int                      # the sampled token's rank among all V (1 = the most likely)
 
 
-def logprob_tensors(raw: torch.Tensor, ids: torch.Tensor, rows: list) -> list[torch.Tensor]:
-    n = max(num_logprobs(r.params.logprobs, raw.shape[1]) for r in rows)
+def top_and_rank(raw: torch.Tensor, ids: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Per row of raw logprobs [B, V]: the n most likely (logprobs, ids), the logprob of token
+    ``ids[b]`` and its rank (vLLM's, 1-based): four device tensors, no sync."""
     top_lp, top_ids = raw.topk(n, dim=-1)                 # [B, n] each
     chosen = raw.gather(1, ids[:, None])[:, 0]            # [B]
-    rank = (raw > chosen[:, None]).sum(-1) + 1            # [B]: vLLM's rank, 1-based
+    rank = (raw > chosen[:, None]).sum(-1) + 1            # [B]
     return [top_lp, top_ids, chosen, rank]
+
+
+def logprob_tensors(raw: torch.Tensor, ids: torch.Tensor, rows: list) -> list[torch.Tensor]:
+    return top_and_rank(raw, ids, max(num_logprobs(r.params.logprobs, raw.shape[1]) for r in rows))
 
 
 def num_logprobs(k: int | None, V: int) -> int:
@@ -50,9 +55,6 @@ def prompt_token_logprobs(logits: torch.Tensor, targets: list[int], ks: list[int
     V = raw.shape[1]
     ms = [num_logprobs(k, V) for k in ks]
     ids = torch.tensor(targets, dtype=torch.int64, device=raw.device)
-    top_lp, top_ids = raw.topk(max(ms), dim=-1)                       # [E, n] each
-    chosen = raw.gather(1, ids[:, None])[:, 0]                        # [E]
-    rank = (raw > chosen[:, None]).sum(-1) + 1                        # [E]
-    top_lp, top_ids, chosen, rank = top_lp.tolist(), top_ids.tolist(), chosen.tolist(), rank.tolist()   # one sync
+    top_lp, top_ids, chosen, rank = [t.tolist() for t in top_and_rank(raw, ids, max(ms))]
     return [TokenLogprobs(t, chosen[i], list(zip(top_ids[i][:m], top_lp[i][:m])), rank[i])
             for i, (t, m) in enumerate(zip(targets, ms))]

@@ -70,8 +70,6 @@ class LLMEngine:
         tokenizers ignore the second), or None: no tokenizer, or detokenize=False."""
         if self.tokenizer is None or not params.detokenize:
             return None
-        if params.skip_special_tokens and params.spaces_between_special_tokens:
-            return self._decode
         return decoder(self.tokenizer, params.skip_special_tokens, params.spaces_between_special_tokens)
 
     def prompt_ids(self, prompt) -> list[int]:

@@ -182,8 +182,13 @@ def logprob_dict(lp, decode) -> dict[int, Logprob]:
 
 
 def prompt_logprobs(req, decode) -> list | None:
-    """vLLM's ``RequestOutput.prompt_logprobs``: None for the first prompt token (nothing predicts it),
-    then per prompt token a dict with that token first (its rank), then the top ones."""
+    """vLLM's ``RequestOutput.prompt_logprobs`` of a request, or None when it asked for none."""
     if req.params.prompt_logprobs is None:
         return None
-    return [None] + [logprob_dict(lp, decode) for lp in req.prompt_logprobs or ()]
+    return prompt_logprob_dicts(req.prompt_logprobs or (), decode)
+
+
+def prompt_logprob_dicts(lps, decode) -> list:
+    """Stage 4's TokenLogprobs of the prompt -> vLLM's list: None for the first prompt token (nothing
+    predicts it), then per prompt token a dict with that token first (its rank), then the top ones."""
+    return [None] + [logprob_dict(lp, decode) for lp in lps]
