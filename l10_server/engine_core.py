@@ -253,7 +253,8 @@ class EngineCore:
         sched = self.engine.scheduler
         kv = sched.kv
         self.counts["max_running"] = max(self.counts["max_running"], len(sched.running))
-        stats = getattr(kv, "stats", None)         # a prefix cache's hit counters (stage 6 on)
+        own = {name: value for name, _, value, _ in kv.metrics()}   # the KV manager's counters (a prefix cache's)
         return dict(self.counts, running=len(sched.running), waiting=len(sched.waiting),
                     kv_blocks_total=kv.num_blocks, kv_blocks_free=kv.num_free, num_preemptions=sched.num_preemptions,
-                    prefix_cache_queries=stats.queries if stats else 0, prefix_cache_hits=stats.hits if stats else 0)
+                    prefix_cache_queries=own.get("vllm:prefix_cache_queries", 0),
+                    prefix_cache_hits=own.get("vllm:prefix_cache_hits", 0))
