@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from benchmarks.bench_common import workload
+from benchmarks.bench_common import sync, workload
 
 GRAPH_REPS = 20                  # all-reduces captured in one CUDA graph
 ITERS = 200                      # eager all-reduces timed back to back
@@ -30,12 +30,14 @@ def engine(spec: dict) -> dict:
     vocab = llm.model.cfg.vocab_size
 
     def gen(prompts, n):
-        p = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
-        torch.cuda.synchronize() if spec["device"] == "cuda" else None
+        """Seconds to generate n tokens (an int for all, or one per prompt) after each prompt, synced."""
+        p = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in
+             (n if isinstance(n, list) else [n] * len(prompts))]
+        sync()
         t = time.perf_counter()
-        res = llm.generate([{"prompt_token_ids": q} for q in prompts], p, use_tqdm=False)
-        torch.cuda.synchronize() if spec["device"] == "cuda" else None
-        return time.perf_counter() - t, res
+        llm.generate([{"prompt_token_ids": q} for q in prompts], p, use_tqdm=False)
+        sync()
+        return time.perf_counter() - t
 
     if spec["tokens"]:                               # greedy tokens and each token's logits, for tp 2 vs tp 1
         prompts = [w for w, _ in workload(spec["token_prompts"], 16, 64, vocab, 7)]
@@ -48,17 +50,12 @@ def engine(spec: dict) -> dict:
     else:
         prompt, n = workload(1, 64, 64, vocab, 3)[0][0], spec["stream_tokens"]
         gen([prompt], 4)                             # warm: the first call's host work
-        t1 = min(gen([prompt], 1)[0] for _ in range(2))
-        tn = min(gen([prompt], n + 1)[0] for _ in range(2))
+        t1 = min(gen([prompt], 1) for _ in range(2))
+        tn = min(gen([prompt], n + 1) for _ in range(2))
         out["ms_per_token"] = (tn - t1) / n * 1e3
         work = workload(spec["requests"], spec["min_len"], spec["max_len"], vocab, 0)
         gen([p for p, _ in workload(8, spec["min_len"], spec["max_len"], vocab, 1)], 8)   # warm-up, other prompts
-        p = [SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for _, m in work]
-        torch.cuda.synchronize() if spec["device"] == "cuda" else None
-        t = time.perf_counter()
-        llm.generate([{"prompt_token_ids": q} for q, _ in work], p, use_tqdm=False)
-        torch.cuda.synchronize() if spec["device"] == "cuda" else None
-        out["e2e_s"] = time.perf_counter() - t
+        out["e2e_s"] = gen([q for q, _ in work], [m for _, m in work])
         out["e2e_tok_s"] = sum(m for _, m in work) / out["e2e_s"]
     group = getattr(eng.model, "tensor_parallel", None)
     if group is not None:
