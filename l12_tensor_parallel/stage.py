@@ -6,8 +6,9 @@
             collectives (layers.py), and ranks 1..tp-1 started as
             worker processes, each reading its own (group.py,
             worker.py); every rank's pool the smallest any holds
-    runner  on GPUs at tp > 1, the eager runner (no CUDA graphs    tensor_parallel_size,
-            across ranks yet); elsewhere stage 7's choice          enforce_eager
+    runner  on GPUs at tp > 1, stage 7's CUDA graphs captured on   tensor_parallel_size,
+            every rank, each replay announced to the workers       enforce_eager,
+            (graphs.py); elsewhere stage 7's choice                prefill_graphs
 
 The model is the first part the assembler asks for, so everything made after it is made for the
 shard: the sizes, the KV cache (this rank's KV heads), fused ops (its projections merged), the
@@ -15,7 +16,7 @@ runner (whose every forward pass is ShardedModel's: the inputs go to the workers
 ``tensor_parallel_size=1`` (the default) the maker returns None: the engine is stage 11's, part for
 part. With more, every other part is the earlier stages' too (scheduler, KV manager, runner,
 sampler, step order), built once, in this process: only the model is split (and, on GPUs, the
-runner is the eager one).
+runner's graphs are captured on every rank).
 """
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ from l1_dense.config import ModelConfig
 from l5_scheduler.assemble import Checkpoint, Stage, engine_config
 from l5_scheduler.llm import entry_points
 from l11_spec_decode.stage import STAGES as BEFORE
+from l7_fast.graphs import GraphRunner
 from l7_fast.warmup import warm_up
 from plumbing.errors import UserError
 
+from .graphs import GraphsAcrossRanks
 from .group import TensorParallel, WorkerSpec
 from .layers import install
 from .model import ShardedModel
@@ -88,18 +91,20 @@ def model(a):
 
 
 def runner(a):
-    """On GPUs at tp > 1: the eager runner, warmed up. A CUDA graph replay on rank 0 does not call the
-    model, so the workers would never hear of the step: graphs across ranks are not built yet, and
-    the engine says so in one line unless enforce_eager was asked for."""
+    """On GPUs at tp > 1: stage 7's choice (its CUDA graphs after the warm-up, or the eager runner
+    with enforce_eager), each graph captured on every rank and each replay announced to the workers
+    (graphs.py). Speculation's verify steps then run eagerly, and the engine says so in one line."""
     if a.args.tensor_parallel_size == 1 or a.device.type != "cuda":
         return None
     r = a.part("eager_runner")
-    r.warmup_report = warm_up(r, progress=True)                # nothing compiles after start-up
+    r.warmup_report = warm_up(r, progress=True)                # nothing compiles after start-up (every rank)
     print(r.warmup_report.line(), file=sys.stderr)
-    if not a.args.enforce_eager:
-        print(f"l12_tensor_parallel: tensor_parallel_size {a.args.tensor_parallel_size} runs every step eagerly: CUDA "
-              "graphs are not captured across ranks yet (enforce_eager and prefill_graphs are ignored)", file=sys.stderr)
-    return r
+    if a.args.enforce_eager or a.args.impl != "triton":        # the torch reference cannot be captured
+        return r
+    if a.args.speculative_config is not None:
+        print(f"l12_tensor_parallel: tensor_parallel_size {a.args.tensor_parallel_size} runs speculation's verify "
+              "steps eagerly: its verify graphs are not captured across ranks yet", file=sys.stderr)
+    return GraphsAcrossRanks(a.model.tensor_parallel, lambda: GraphRunner(r, prefill=a.args.prefill_graphs))
 
 
 STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner)),)
