@@ -8,7 +8,7 @@ import torch
 
 from l12_tensor_parallel.allreduce import PeerAllReduce, eligible, pad_bytes, pad_slot
 
-KW = dict(programs=4, block=64, max_bytes=4096)
+KW = dict(programs=4, block=64, max_bytes=4096, spin_limit=2000)     # a wrong protocol fails, never hangs
 
 
 def publish(ranks, src: int, x: torch.Tensor, epoch: int) -> None:
@@ -69,8 +69,8 @@ def test_two_ranks_one_call_ahead(dtype):
     out12 = r1(xs[1, 2].clone())
     for got, e in ((out01, 1), (out02, 2), (out11, 1), (out12, 2)):
         assert torch.equal(got, want[e]), e
-    assert torch.equal(r0.calls, torch.full((4,), 2)) and torch.equal(r1.calls, r0.calls)
     r0.check(), r1.check()
+    assert torch.equal(r0.calls, torch.full((4,), 2)) and torch.equal(r1.calls, r0.calls)
 
 
 def test_sizes_change_between_calls():
@@ -80,11 +80,12 @@ def test_sizes_change_between_calls():
         publish([r0, r1], 1, b, e)
         assert torch.equal(r0(a.clone()), a + b)
         assert torch.equal(r1(b.clone()), a + b)
+    r0.check(), r1.check()
     assert r0.calls.tolist() == [3] * 4
 
 
 def test_a_missing_peer_times_out_and_check_raises():
-    r0, _ = PeerAllReduce.local(2, spin_limit=3, **KW)
+    r0, _ = PeerAllReduce.local(2, **dict(KW, spin_limit=3))
     r0(torch.ones(10))                                  # nobody published: the wait gives up
     with pytest.raises(RuntimeError, match="out of step"):
         r0.check()
