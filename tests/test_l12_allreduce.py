@@ -7,6 +7,9 @@ import pytest
 import torch
 
 from l12_tensor_parallel.allreduce import PeerAllReduce, eligible, pad_bytes, pad_slot
+from plumbing.runtime import INTERPRET
+
+interpreted = pytest.mark.skipif(not INTERPRET, reason="CPU tensors need the interpreter (GPUs: probe_allreduce.py)")
 
 KW = dict(programs=4, block=64, max_bytes=4096, spin_limit=2000)     # a wrong protocol fails, never hangs
 
@@ -55,6 +58,7 @@ def test_pad_layout_is_disjoint():
     assert pad_bytes(world, programs) % 256 == 0 and pad_bytes(world, programs) >= 8 * len(slots)
 
 
+@interpreted
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])     # (the interpreter truncates fp32 -> bf16)
 def test_two_ranks_one_call_ahead(dtype):
     r0, r1 = PeerAllReduce.local(2, **KW)
@@ -73,6 +77,7 @@ def test_two_ranks_one_call_ahead(dtype):
     assert torch.equal(r0.calls, torch.full((4,), 2)) and torch.equal(r1.calls, r0.calls)
 
 
+@interpreted
 def test_sizes_change_between_calls():
     r0, r1 = PeerAllReduce.local(2, **KW)
     for e, n in enumerate((300, 17, 1024), 1):          # 5, 1 and 16 chunks: other programs idle, counters agree
@@ -84,6 +89,7 @@ def test_sizes_change_between_calls():
     assert r0.calls.tolist() == [3] * 4
 
 
+@interpreted
 def test_a_missing_peer_times_out_and_check_raises():
     r0, _ = PeerAllReduce.local(2, **dict(KW, spin_limit=3))
     r0(torch.ones(10))                                  # nobody published: the wait gives up
