@@ -52,8 +52,8 @@ SPIN_LIMIT = 1 << 27         # polls before a wait gives up (the probe measures 
 
 
 def eligible(t: torch.Tensor, device, max_bytes: int) -> bool:
-    """Ours takes it: on this rank's device, a dtype we sum, contiguous, 0 < bytes <= max_bytes."""
-    return (t.device == torch.device(device) and t.dtype in DTYPES and t.is_contiguous()
+    """Ours takes it: on this rank's device, a dtype we sum, contiguous, 16-byte aligned, 0 < bytes <= max_bytes."""
+    return (t.device == torch.device(device) and t.dtype in DTYPES and t.is_contiguous() and t.data_ptr() % 16 == 0
             and 0 < t.numel() * t.element_size() <= max_bytes)
 
 
@@ -67,6 +67,15 @@ def pad_bytes(world: int, programs: int) -> int:
 
 
 @triton.jit
+def _at(x_ptr, addr):
+    """The int64 address ``addr`` as x_ptr's type, written x_ptr + an offset that Triton is told is a
+    multiple of 16 bytes (both are 16-byte aligned: ``eligible``), so that loads and stores move 16
+    bytes a thread (a pointer cast from an int has unknown alignment: 2-byte moves)."""
+    size: tl.constexpr = x_ptr.dtype.element_ty.primitive_bitwidth // 8
+    return x_ptr + tl.multiple_of((addr - x_ptr.to(tl.int64)) // size, 16 // size)
+
+
+@triton.jit
 def _peer_all_reduce(x_ptr, out_ptr, bufs, pads, calls, status, n, half, spin_limit, PROGS,
                      RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
@@ -77,7 +86,7 @@ def _peer_all_reduce(x_ptr, out_ptr, bufs, pads, calls, status, n, half, spin_li
     if pid < chunks:
         dt = x_ptr.dtype.element_ty
         offs0 = tl.arange(0, BLOCK)
-        mine = tl.load(bufs + RANK).to(tl.pointer_type(dt)) + par * half
+        mine = _at(x_ptr, tl.load(bufs + RANK)) + par * half
         for c in range(pid, chunks, PROGS):
             offs = c * BLOCK + offs0
             m = offs < n
@@ -106,7 +115,7 @@ def _peer_all_reduce(x_ptr, out_ptr, bufs, pads, calls, status, n, half, spin_li
                 if r == RANK:
                     v = tl.load(x_ptr + offs, mask=m)
                 else:
-                    src = tl.load(bufs + r).to(tl.pointer_type(dt)) + par * half
+                    src = _at(x_ptr, tl.load(bufs + r)) + par * half
                     v = tl.load(src + offs, mask=m, cache_modifier=".cv")
                 acc += v.to(tl.float32)
             tl.store(out_ptr + offs, acc.to(dt), mask=m)

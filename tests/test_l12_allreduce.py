@@ -34,6 +34,7 @@ def test_eligible_and_fallback():
     assert not eligible(x.to(torch.int32), "cpu", 1 << 20)                  # a dtype we do not sum
     assert not eligible(torch.ones(4, 4)[:, :2], "cpu", 1 << 20)            # not contiguous
     assert not eligible(torch.ones(0), "cpu", 1 << 20)                      # nothing to send: no launch
+    assert not eligible(torch.ones(9)[1:], "cpu", 1 << 20)                  # 4 bytes past 16-byte alignment
     seen = []
     a = PeerAllReduce(0, 2, None, fallback=lambda t: seen.append(t) or t.mul_(2), device="cuda:0")
     t = torch.ones(3)
