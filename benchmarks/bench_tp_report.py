@@ -21,7 +21,8 @@ def floors(meta: dict, rows: dict, ar, path: str) -> None:
     for r in rows.values():
         if not meta["copy_GBps"] or "ms_per_token" not in r:
             continue
-        one = ar[0].get("eager_us" if r.get("eager", True) else "graph_us") if ar else None
+        key = "eager_us" if r.get("eager", True) else "graph_us" if r.get("nccl_only") else "ours_graph_us"
+        one = ar[0].get(key) if ar else None
         comm = meta["all_reduces_per_step"] * one * 1e-3 if r["tp"] > 1 and one else 0.0
         r["floor_ms"] = weights / (r["tp"] * meta["copy_GBps"] * 1e9) * 1e3 + comm
         r["floor_comm_ms"] = comm
@@ -64,11 +65,14 @@ def table(meta: dict, rows: dict, tokens, ar) -> str:
                   f"{t['max_logit_diff']:.3f} | {t['max_logit_diff_before']:.3f} | {t['tp1_margin']:.3f} |"
                   for i, t in enumerate(tokens)]
     if ar:
-        lines += ["", f"all-reduce, bf16, {meta['tp']} GPUs, one process each (µs per all-reduce; ours: not built yet)",
-                  "| bytes | decode batch | NCCL eager | NCCL in a CUDA graph |", "|---|---|---|---|"]
+        lines += ["", f"all-reduce, bf16, {meta['tp']} GPUs, one process each (µs per all-reduce; ours: allreduce.py)",
+                  "| bytes | decode batch | NCCL eager | NCCL in a CUDA graph | ours eager | ours in a CUDA graph |",
+                  "|---|---|---|---|---|---|"]
         hidden = ar[0]["bytes"] // 2
-        lines += [f"| {r['bytes']:,} | {r['bytes'] // (2 * hidden)} | {r['eager_us']:.1f} | "
-                  f"{format(r['graph_us'], '.1f') if 'graph_us' in r else r.get('graph_error', '-')} |" for r in ar]
+        us = lambda r, k: format(r[k], ".1f") if k in r else "-"                    # noqa: E731
+        lines += [f"| {r['bytes']:,} | {r['bytes'] // (2 * hidden)} | {us(r, 'eager_us')} | "
+                  f"{us(r, 'graph_us') if 'graph_us' in r else r.get('graph_error', '-')} | {us(r, 'ours_eager_us')} | "
+                  f"{us(r, 'ours_graph_us')} |" for r in ar]
     return "\n".join(lines)
 
 
@@ -85,8 +89,8 @@ def plot(res: dict, path: str, plt) -> None:
     if ar:
         b = [r["bytes"] for r in ar]
         axes[2].plot(b, [r["eager_us"] for r in ar], "o-", label="NCCL eager")
-        axes[2].plot([r["bytes"] for r in ar if "graph_us" in r], [r["graph_us"] for r in ar if "graph_us" in r],
-                     "s-", label="NCCL in a CUDA graph")
+        for k, label in (("graph_us", "NCCL in a CUDA graph"), ("ours_graph_us", "ours in a CUDA graph")):
+            axes[2].plot([r["bytes"] for r in ar if k in r], [r[k] for r in ar if k in r], "s-", label=label)
         axes[2].set(xscale="log", xlabel="bytes", ylabel="µs", title="all-reduce")
         axes[2].legend(fontsize=8)
     fig.suptitle(f"{res['meta']['device']} x {res['meta']['gpus']}")

@@ -37,15 +37,17 @@ import torch.distributed as dist
 class Comm:
     """One rank's side of the collectives."""
 
-    def __init__(self, pg, rank: int, size: int):
-        self.pg, self.rank, self.size = pg, rank, size
+    def __init__(self, pg, rank: int, size: int, peer=None):
+        self.pg, self.rank, self.size, self.peer = pg, rank, size, peer       # peer: PeerAllReduce, or None
         self._gather = dist.GatherOptions()
         self._gather.rootRank = 0
         self._root = dist.BroadcastOptions()
         self._root.rootRank, self._root.rootTensor = 0, 0
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        """Sum over the ranks, in place; returns t."""
+        """Sum over the ranks, in place; returns t. Ours (allreduce.py) where it takes t, else the group's."""
+        if self.peer is not None and self.peer.eligible(t):
+            return self.peer.all_reduce(t)
         self.pg.allreduce([t]).wait()
         return t
 
@@ -83,6 +85,15 @@ class Sent:
         per = self.steps or 1
         return (f"{self.steps} steps sent: {self.cpu_s / per * 1e6:.0f} us of CPU ({self.wall_s / per * 1e6:.0f} us "
                 f"wall), {self.bytes / per:.0f} bytes by pipe and {self.device_bytes / per:.0f} by broadcast a step")
+
+
+def peer_all_reduce(spec, store, rank: int, size: int):
+    """Our all-reduce for this rank (NCCL's groups only, unless disabled), built as every rank builds
+    its own: each opens the others' buffers through the store. None: the group's all-reduce only."""
+    if spec.backend != "nccl" or not spec.custom_all_reduce:
+        return None
+    from .allreduce import PeerAllReduce, store_exchange
+    return PeerAllReduce(rank, size, store_exchange(store, rank, size))
 
 
 def process_group(backend: str, store, rank: int, size: int, timeout_s: float):

@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from plumbing.errors import UserError
 
-from .comm import Comm, Sent, flatten, pack, process_group
+from .comm import Comm, Sent, flatten, pack, peer_all_reduce, process_group
 
 START_TIMEOUT_S = 600.0       # a worker loads its shard and builds its cache within this
 DEATH_WAIT_S = 5.0            # after a collective fails: how long a dying worker gets to be seen dead
@@ -61,6 +61,7 @@ class WorkerSpec:
     stages: tuple                   # the stage packages whose parts it builds (this one's excluded)
     backend: str
     timeout_s: float
+    custom_all_reduce: bool = True  # our all-reduce for small messages (comm.py), NCCL's otherwise
 
 
 PRELOAD = ["plumbing.runtime", "l12_tensor_parallel.stage", "l12_tensor_parallel.worker"]
@@ -105,6 +106,8 @@ def _shutdown(procs, conns, held) -> None:
         for entry in graphs.values():
             entry[0].reset()
         graphs.clear()                               # (a later step finds no graph: eager, and told it is closed)
+    if held["peer"] is not None:                     # our all-reduce's buffers: the workers are gone
+        held["peer"].close()
     pg, held["pg"] = held["pg"], None
     abort = getattr(pg, "abort", None)               # NCCL: drop the communicators now, without waiting on peers
     if abort is not None and held["backend"] == "nccl":
@@ -139,16 +142,17 @@ class TensorParallel:
             theirs.close()
             self.procs.append(p)
             self.conns.append(mine)
-        self._held = dict(graphs=[], pg=None, backend=spec.backend)     # released by _shutdown, in order
+        self._held = dict(graphs=[], peer=None, pg=None, backend=spec.backend)   # released by _shutdown, in order
         self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, self._held)
         try:
             self._wait_ready()
             self.pg = process_group(spec.backend, store, 0, tp, spec.timeout_s)
+            self._held["pg"] = self.pg
+            self._held["peer"] = peer = peer_all_reduce(spec, store, 0, tp)      # as each worker builds its own
         except BaseException:                        # (the started ones wait for rank 0 in the group's set-up)
             self.stop_now()
             raise
-        self.store, self.comm = store, Comm(self.pg, 0, tp)
-        self._held["pg"] = self.pg
+        self.store, self.comm = store, Comm(self.pg, 0, tp, peer)
 
     def _wait_ready(self) -> None:
         """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""

@@ -9,6 +9,8 @@ OPTIONS = (
            check=positive("tensor_parallel_size")),
     Option("distributed_backend", "auto", "the collectives between ranks: nccl (GPUs) or gloo (CPU); auto: nccl on "
            "cuda, gloo on cpu", "parallel", "tensor_parallel", choices=("auto", "nccl", "gloo")),
+    Option("disable_custom_all_reduce", False, "all-reduces by NCCL only (vLLM's name); default: ours, a Triton "
+           "kernel over peer GPU memory, for messages up to 2 MiB (allreduce.py)", "parallel", "tensor_parallel"),
 )
 
 ENGINE_OPTIONS = BEFORE + OPTIONS            # the options of the engine up to this stage

@@ -74,7 +74,11 @@ def model(a):
     mine = {o.name for o in OPTIONS}
     spec = WorkerSpec(str(path), device, dtype, a.given_config, {k: v for k, v in a.args.given.items()
                                                                   if k not in mine},
-                      a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S)
+                      a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S,
+                      custom_all_reduce=not a.args.disable_custom_all_reduce)
+    if a.args.given.get("disable_custom_all_reduce") is not None and backend != "nccl":
+        print(f"l12_tensor_parallel: disable_custom_all_reduce is ignored: {backend} has only its own all-reduce "
+              "(ours runs between GPUs, over NCCL's group)", file=sys.stderr)
     if isinstance(given, Checkpoint):                # LLM's: this rank reads its slices only, as every rank does
         shard = load_shard(path, device, dtype, 0, tp)
     else:                                            # a model loaded whole (build_engine's caller): sliced in place

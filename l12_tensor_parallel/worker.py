@@ -56,7 +56,7 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
 
         from l5_scheduler.assemble import Assembly
 
-        from .comm import Comm, process_group
+        from .comm import Comm, peer_all_reduce, process_group
         from .layers import install
         if spec.device.startswith("cuda"):
             torch.cuda.set_device(rank)              # before NCCL: its communicator is on this GPU
@@ -65,7 +65,7 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
                               timeout=datetime.timedelta(seconds=spec.timeout_s))
         conn.send(("ready", a.config))               # the pool this GPU could hold
         pg = process_group(spec.backend, store, rank, tp, spec.timeout_s)
-        comm = Comm(pg, rank, tp)
+        comm = Comm(pg, rank, tp, peer_all_reduce(spec, store, rank, tp))
         install(model, comm)
         msg = conn.recv_bytes()                      # every rank's pool the same size: the block tables are shared
         if not msg:
