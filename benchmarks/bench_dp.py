@@ -102,20 +102,9 @@ def serve(path, name, kw, work, warm, label, seed) -> dict:
     return r
 
 
-def main(argv=None):
-    a = parse(argv)
-    for k, v in NVLS_OFF.items():                   # every process started from here inherits them
-        os.environ.setdefault(k, v)
-    import torch
-
-    from benchmarks.bench_common import bench_device, workload
-    from benchmarks.outputs import RESULTS, gpu_slug, scratch_dir
-    from l10_server.serve import impl_options
-    device = bench_device(a.tiny)
-    ngpu = torch.cuda.device_count() if device == "cuda" else 0
-    if device == "cuda" and ngpu < a.dp:
-        sys.exit(f"--dp {a.dp} needs {a.dp} GPUs and {ngpu} are visible (CUDA_VISIBLE_DEVICES)")
-    skip = set(filter(None, a.skip.split(",")))
+def checkpoint(a):
+    """(path, served name, prompt/output length bounds, vocabulary size)."""
+    from benchmarks.outputs import scratch_dir
     if a.tiny:
         from plumbing.tiny import tiny_checkpoint
         path, name, lo, hi = str(tiny_checkpoint("qwen3")), "tiny-qwen3", 4, 24
@@ -125,20 +114,29 @@ def main(argv=None):
         from harness.random_checkpoint import build_checkpoint
         path, name, lo, hi = build_checkpoint(os.path.join(scratch_dir("bench_dp"), "qwen3-0.6b-random")), \
             "qwen3-0.6b-random", 100, 1024
-        with open(os.path.join(path, "config.json")) as f:
-            write_tokenizer(path, json.load(f)["vocab_size"])
     with open(os.path.join(path, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
+    if not a.tiny:
+        write_tokenizer(path, vocab)                # a server sends text: the random checkpoint needs one
+    return path, name, lo, hi, vocab
+
+
+def measure(a, device, path, name, lo, hi, vocab) -> list:
+    """Every row: dp 1 and dp N on the random workload, then dp 1, N least-loaded, N prefix on shared prefixes."""
+    from benchmarks.bench_common import workload
+    from l10_server.serve import impl_options
+    skip = set(filter(None, a.skip.split(",")))
     kw = dict(impl_options(device), device=device, seed=a.seed)
     warm = workload(4 * a.dp, lo, min(hi, 64), vocab, a.seed + 1)
-    if a.tiny:                                      # short outputs: the interpreter-free CPU path is still slow
+    if a.tiny:                                      # short outputs: a CPU is slow even without the interpreter
         warm = [(p, 4) for p, _ in warm]
     rows = []
     if "random" not in skip:
         work = workload(a.num_requests, lo, hi, vocab, a.seed)
         for dp in (1, a.dp):
             rows.append(dict(serve(path, name, dict(kw, data_parallel_size=dp) if dp > 1 else kw, work, warm,
-                                   f"dp {dp}", a.seed), workload="random", dp=dp, routing="least_loaded" if dp > 1 else "-"))
+                                   f"dp {dp}", a.seed), workload="random", dp=dp,
+                             routing="least_loaded" if dp > 1 else "-"))
     if "prefix" not in skip:
         work = shared_prefix(a.groups, a.per_group, a.prefix_len, vocab, a.seed + 5)
         if a.tiny:
@@ -147,6 +145,25 @@ def main(argv=None):
             opts = kw if dp == 1 else dict(kw, data_parallel_size=dp, data_parallel_routing=routing)
             rows.append(dict(serve(path, name, opts, work, warm, f"prefix, dp {dp}" + (f" {routing}" if routing else ""),
                                    a.seed), workload="prefix", dp=dp, routing=routing or "-"))
+    return rows
+
+
+def main(argv=None):
+    a = parse(argv)
+    for k, v in NVLS_OFF.items():                   # every process started from here inherits them
+        os.environ.setdefault(k, v)
+    import torch
+
+    from benchmarks.bench_common import bench_device
+    from benchmarks.bench_dp_report import markdown, plot
+    from benchmarks.outputs import RESULTS, gpu_slug, scratch_dir
+    from plumbing.plot import wrote
+    device = bench_device(a.tiny)
+    ngpu = torch.cuda.device_count() if device == "cuda" else 0
+    if device == "cuda" and ngpu < a.dp:
+        sys.exit(f"--dp {a.dp} needs {a.dp} GPUs and {ngpu} are visible (CUDA_VISIBLE_DEVICES)")
+    path, name, lo, hi, vocab = checkpoint(a)
+    rows = measure(a, device, path, name, lo, hi, vocab)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     meta = dict(device=gpu, gpus=ngpu, torch=torch.__version__, model=name, dp=a.dp, tiny=a.tiny,
                 workload_random=f"{a.num_requests} requests, prompt and output lengths uniform in [{lo}, {hi}], random "
@@ -155,7 +172,6 @@ def main(argv=None):
                                 "32-96 tokens, 64-256 output tokens" + (" (12 at most: --tiny)" if a.tiny else "") +
                                 ", shuffled, all at once; prefix caching on",
                 env={k: os.environ[k] for k in NVLS_OFF})
-    from benchmarks.bench_dp_report import markdown, plot
     md = markdown(meta, rows, GOAL, None if not a.tiny else "goals: not judged (--tiny smoke-tests the script on "
                   "the tiny model; its numbers are not a measurement of data parallelism)")
     print("\n" + md)
@@ -170,7 +186,6 @@ def main(argv=None):
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
     with open(stem + ".md", "w") as f:
         f.write(md + "\n")
-    from plumbing.plot import wrote
     plot(stem + ".png", meta, rows)
     print(wrote(stem + ".json", stem + ".md", stem + ".png"))
 

@@ -8,8 +8,8 @@
     on_message(msg, engine)      <-- on the event loop --  reader thread(s)  <----  one message a step
 
 Which client runs is the assembler's ``engine_client`` slot (l5_scheduler/assemble.py): the
-latest stage whose maker makes one for these options (stage 12: several replicas at
-``data_parallel_size`` > 1), else this stage's ``CoreClient``, one engine core. Every client has:
+latest stage whose maker makes one for these options (a later stage's: several engine cores, each
+request sent to one), else this stage's ``CoreClient``, one engine core. Every client has:
 
     info         what the core(s) said when ready: describe, max_model_len, tokenizer_path,
                  snapshots (one per engine core, in its index order)
@@ -43,7 +43,7 @@ def _stop_at_exit(proc) -> None:
 class CoreClient:
     """One engine core process, its two pipes and the thread that reads it. ``__init__`` starts it;
     ``ready()`` waits until its model is loaded (a UserError if it cannot be), so that several can
-    load at once (stage 12's replicas)."""
+    load at once (a later stage's several cores)."""
 
     def __init__(self, model: str | None, llm_kwargs: dict, name: str = "engine-core"):
         ctx = multiprocessing.get_context("spawn")        # CUDA cannot be forked: a fresh interpreter

@@ -14,10 +14,10 @@ Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options i
     scheduler    who runs, how many tokens         Scheduler (given the kv_manager)
     step         the order of one step's work      PlainStep
 
-One slot lives outside the engine, in the server's process, and is asked for by the server:
+One slot lives outside the engine, in a server's process, and is asked for by that server with a
+``default`` maker of its own (``part(slot, default)``): the stages here make none.
 
-    engine_client  the server's handle on its engine   none: stage 10 fills it with its one engine core
-                   core process(es)                  (l10_server/client.py) when no stage makes one
+    engine_client  a server's handle on its engine core process(es)
 
 ``build_engine`` builds a part when something asks for it (``Assembly.part``): of the stages
 given, the latest that has a maker for the slot is asked first; a maker returns None when the
@@ -115,7 +115,7 @@ class Assembly:
 
     def part(self, slot: str, default: Callable | None = None):
         """The slot's part: made by the latest stage whose maker makes one, else by ``default(self)``
-        (the maker of a caller outside the stages: the server's one engine core)."""
+        (the maker of a caller outside the stages, for a slot no stage must fill)."""
         if slot not in self.parts:
             for stage in reversed(self.stages):
                 maker = stage.parts.get(slot)
