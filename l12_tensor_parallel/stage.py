@@ -120,8 +120,8 @@ def refuse_data_parallel(args) -> None:
 
 
 def engine_client(a):
-    """At data_parallel_size > 1, DataParallel: that many engine cores, loaded at once, behind one
-    router; at 1, None (stage 10's one engine core), and a routing asked for is refused."""
+    """DataParallel: at data_parallel_size > 1, that many engine cores (replicas.py), loaded at once,
+    behind one router; at 1, None (stage 10's one engine core), and a routing asked for is refused."""
     if a.args.data_parallel_size == 1:
         if "data_parallel_routing" in a.args.given:
             raise UserError("data_parallel_routing chooses among replicas and data_parallel_size is 1: give "
