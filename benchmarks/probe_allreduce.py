@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import socket
 import sys
 import time
-import zlib
+
+from benchmarks.probe_allreduce_checks import Checks
 
 ENV = dict(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
 LIMIT_S = dict(setup=90, compile=60, check=45, skew=30, graphs=30, timing=60, spin=20, bandwidth=20, exit=20)
@@ -67,74 +67,15 @@ def _run(rank, world, port, q):
     nccl = lambda t: pg.allreduce([t]).wait()                                             # noqa: E731
     nccl(torch.ones(1, device=dev))
     ar = PeerAllReduce(rank, world, store_exchange(store, rank, world), fallback=nccl)
-    shapes = [(b, h) for h in HIDDENS for b in BATCHES] + [(1, n) for n in ODD]
+    c = Checks(torch, rank, world, nccl, ar, dev, HIDDENS, BATCHES, ODD, GRAPH_REPS)
     say("compile")
-    for b, h in shapes:
+    for b, h in c.shapes:
         ar(torch.ones(b, h, dtype=torch.bfloat16, device=dev))
     torch.cuda.synchronize()
-    out = dict(rank=rank, mismatches=[], checked=0)
-    gen = torch.Generator(device=dev)
-
-    def data(shape, *key):
-        gen.manual_seed(zlib.crc32(repr((rank,) + key).encode()))
-        return torch.randn(shape, generator=gen, device=dev).to(torch.bfloat16)
-
-    def compare(tag, xs, ys):
-        """ys: ours for inputs xs (all launched already); NCCL's now, then equal (W=2) or within bound."""
-        for i, (x, y) in enumerate(zip(xs, ys)):
-            ref, mag = x.clone(), x.abs().float()
-            nccl(ref), nccl(mag)
-            diff = (y.float() - ref.float()).abs()
-            bad = diff > 0 if world == 2 else diff > (world - 1) * 2 ** -8 * mag
-            out["checked"] += 1
-            if bool(bad.any()):
-                out["mismatches"].append(dict(tag=tag, call=i, bytes=x.numel() * 2, elements=int(bad.sum()),
-                                              max_abs_diff=float(diff.max())))
-
-    say("check")
-    for b, h in shapes:
-        xs = [data((b, h), "c", b, h, i) for i in range(3)]
-        compare(f"3 calls [{b}, {h}]", xs, [ar(x.clone()) for x in xs])
-    order = random.Random(0).sample(shapes, len(shapes))
-    xs = [data(s, "mix", i) for i, s in enumerate(order)]
-    compare("every shape, shuffled", xs, [ar(x.clone()) for x in xs])
-    ar.check()
-    say("skew")
-    late = rank == world - 1
-    xs = [data(s, "host", i) for i, s in enumerate(order[:3])]
-    ys = []
-    for x in xs:
-        torch.cuda.synchronize()
-        if late:
-            time.sleep(0.03)
-        ys.append(ar(x.clone()))
-    compare("last rank late (host sleep)", xs, ys)
-    xs = [data(s, "gpu", i) for i, s in enumerate(order[:8])]
-    ys = []
-    for i, x in enumerate(xs):
-        if late and i % 2 == 0:
-            torch.cuda._sleep(2_000_000)                      # ~1 ms of GPU: rank 0 gets a call ahead
-        ys.append(ar(x.clone()))
-    compare("last rank late (GPU sleep, every other call)", xs, ys)
-    ar.check()
-    say("graphs")
-    mix = [order[i % len(order)] for i in range(GRAPH_REPS)]
-    xs = [data(s, "g", i) for i, s in enumerate(mix)]
-    ys = [torch.empty_like(x) for x in xs]
-    g, s = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(g, stream=s):
-        for x, y in zip(xs, ys):
-            ar.all_reduce(x, out=y)
-    for rep in range(3):
-        for i, x in enumerate(xs):
-            x.copy_(data(x.shape, "g", rep, i))
-        if late and rep:
-            torch.cuda._sleep(2_000_000)
-        g.replay()
-        compare(f"graph of {GRAPH_REPS} mixed calls, replay {rep}", xs, ys)
-    torch.cuda.synchronize()
-    ar.check()
+    for phase in ("check", "skew", "graphs"):
+        say(phase)
+        getattr(c, {"check": "calls"}.get(phase, phase))()
+    out = c.out
     say("timing")
     out["rows"] = [_time(torch, nccl, ar, dev, n) for n in [2] + SIZES]       # 2 bytes: the signalling alone
     if rank == 0:

@@ -1,14 +1,19 @@
-"""Stage 12's contribution to the assembler: two options and two parts.
+"""Stage 12's contribution to the assembler: five options and three parts.
 
     slot    part                                                   options it reads
     model   ShardedModel (model.py): rank 0's shard, read from     tensor_parallel_size,
-            the checkpoint's slices (shard.py), with its           distributed_backend, model
-            collectives (layers.py), and ranks 1..tp-1 started as
+            the checkpoint's slices (shard.py), with its           distributed_backend, model,
+            collectives (layers.py; all-reduces: allreduce.py)     disable_custom_all_reduce
+            and ranks 1..tp-1 started as
             worker processes, each reading its own (group.py,
             worker.py); every rank's pool the smallest any holds
     runner  on GPUs at tp > 1, stage 7's CUDA graphs captured on   tensor_parallel_size,
             every rank, each replay announced to the workers       enforce_eager,
             (graphs.py); elsewhere stage 7's choice                prefill_graphs
+    engine_client  the server's (l10_server/client.py): at         data_parallel_size,
+            dp > 1, DataParallel (replicas.py): dp engine cores,   data_parallel_routing
+            each a whole engine (and a TP group at tp > 1),
+            requests routed to the least loaded (router.py)
 
 The model is the first part the assembler asks for, so everything made after it is made for the
 shard: the sizes, the KV cache (this rank's KV heads), fused ops (its projections merged), the
@@ -17,6 +22,10 @@ runner (whose every forward pass is ShardedModel's: the inputs go to the workers
 part. With more, every other part is the earlier stages' too (scheduler, KV manager, runner,
 sampler, step order), built once, in this process: only the model is split (and, on GPUs, the
 runner's graphs are captured on every rank).
+
+Data parallelism is the server's: ``LLM(data_parallel_size=2)`` is refused in one line that names
+``python -m l10_server --data-parallel-size 2``, whose engine client starts the replicas, each an
+engine core that builds this same engine with ``data_parallel_size`` left out.
 """
 from __future__ import annotations
 
@@ -58,6 +67,7 @@ def backend_for(asked: str, device: str, tp: int) -> str:
 
 def model(a):
     """ShardedModel: the other ranks started, each loading its shard; this rank's shard, joined to them."""
+    refuse_data_parallel(a.args)
     tp = a.args.tensor_parallel_size
     if tp == 1:
         return None
@@ -111,5 +121,25 @@ def runner(a):
     return GraphsAcrossRanks(a.model.tensor_parallel, lambda: GraphRunner(r, prefill=a.args.prefill_graphs))
 
 
-STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner)),)
+def refuse_data_parallel(args) -> None:
+    """One engine (LLM, build_engine) has no replicas: the server runs them."""
+    dp = args.data_parallel_size
+    if dp > 1 or "data_parallel_routing" in args.given:
+        raise UserError(f"data_parallel_size {dp}: LLM(...) runs one engine; replicas run behind the server, one "
+                        f"engine core each: python -m l10_server --data-parallel-size {max(dp, 2)}.")
+
+
+def engine_client(a):
+    """DataParallel: at data_parallel_size > 1, that many engine cores (replicas.py), loaded at once,
+    behind one router; at 1, None (stage 10's one engine core), and a routing asked for is refused."""
+    if a.args.data_parallel_size == 1:
+        if "data_parallel_routing" in a.args.given:
+            raise UserError("data_parallel_routing chooses among replicas and data_parallel_size is 1: give "
+                            "--data-parallel-size 2 (or more) with it, or leave it out.")
+        return None
+    from .replicas import start
+    return start(a.args)
+
+
+STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner, engine_client=engine_client)),)
 LLM, build_engine = entry_points(STAGES)
