@@ -127,7 +127,7 @@ def measure(a, device, path, name, lo, hi, vocab) -> list:
     from l10_server.serve import impl_options
     skip = set(filter(None, a.skip.split(",")))
     kw = dict(impl_options(device), device=device, seed=a.seed)
-    warm = workload(4 * a.dp, lo, min(hi, 64), vocab, a.seed + 1)
+    warm = workload(4 * a.dp, min(lo, 16), min(hi, 64), vocab, a.seed + 1)
     if a.tiny:                                      # short outputs: a CPU is slow even without the interpreter
         warm = [(p, 4) for p, _ in warm]
     rows = []
