@@ -6,10 +6,11 @@ shared prefixes, least-loaded routing against prefix-aware routing.
     python -m benchmarks.bench_dp --tiny         # CPU smoke test of the script (tiny model, 2 processes)
 
 Rows, each a fresh server (``l10_server.serve.make_server``, engine options as ``--impl auto``):
-``dp 1`` and ``dp N`` on nano-vllm's workload (256 requests, prompt and output lengths uniform in
-[100, 1024], random ids, ignore_eos, greedy); then on the shared-prefix workload (``--groups``
-system prompts of ``--prefix-len`` tokens, each followed by a random question of 32-96 tokens, 64-256
-output tokens; prefix caching on, its default) ``dp 1``, ``dp N`` least-loaded and ``dp N`` prefix.
+``dp 1`` and ``dp N`` on nano-vllm's workload (1,024 requests, so that every replica's batch is
+full; prompt and output lengths uniform in [100, 1024], random ids, ignore_eos, greedy); then on
+the shared-prefix workload (``--groups`` system prompts of ``--prefix-len`` tokens, each followed
+by a random question of 32-96 tokens, 64-256 output tokens; prefix caching on, its default)
+``dp 1``, ``dp N`` least-loaded and ``dp N`` prefix.
 Before each timed run the server serves a few short requests of other prompts (compiles, graphs).
 The load generator is benchmarks/bench_serve_client.py, a process of its own, sending every
 request at once. Per row: output tok/s, p50 TTFT and TPOT, the requests and generated tokens each
@@ -36,7 +37,8 @@ GOAL = 1.9
 def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dp", type=int, default=2, help="replicas compared with one engine")
-    ap.add_argument("--num-requests", type=int, default=256)
+    ap.add_argument("--num-requests", type=int, default=1024, help="requests of the random workload: enough that "
+                    "every replica runs full batches (max_num_seqs 256 each)")
     ap.add_argument("--groups", type=int, default=16, help="shared-prefix workload: system prompts")
     ap.add_argument("--per-group", type=int, default=16, help="shared-prefix workload: requests per system prompt")
     ap.add_argument("--prefix-len", type=int, default=1024, help="shared-prefix workload: tokens of a system prompt")

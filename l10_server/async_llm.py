@@ -11,8 +11,9 @@ engine loop that runs in its own process (engine_core.py).
 
 The event loop never blocks: the reader thread waits on the pipe and hands each batch over in one
 call. Pipes, process and reader thread are the engine client's (client.py): one engine core here,
-or a later stage's several, behind the same ``send`` and ``_on_message``. Prompts are encoded and stop strings checked in the engine core, with its tokenizer; the
-server detokenizes streams with its own (a fast tokenizer must not be shared between threads:
+or a later stage's several, behind the same ``send`` and ``_on_message``. Prompts are encoded and
+stop strings checked in the engine core, with its tokenizer; the server detokenizes streams with
+its own (a fast tokenizer must not be shared between threads:
 "RuntimeError: Already borrowed").
 """
 from __future__ import annotations
