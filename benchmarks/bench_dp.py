@@ -158,7 +158,7 @@ def main(argv=None):
 
     from benchmarks.bench_common import bench_device
     from benchmarks.bench_dp_report import markdown, plot
-    from benchmarks.outputs import RESULTS, gpu_slug, scratch_dir
+    from benchmarks.outputs import RESULTS, gpu_slug, save_results, scratch_dir
     from plumbing.plot import wrote
     device = bench_device(a.tiny)
     ngpu = torch.cuda.device_count() if device == "cuda" else 0
@@ -183,13 +183,7 @@ def main(argv=None):
         stem = str(RESULTS / "bench_dp" / f"{ngpu}x{gpu_slug(gpu)}")
     else:
         stem = os.path.join(scratch_dir("bench_dp"), "bench_dp")
-    os.makedirs(os.path.dirname(stem), exist_ok=True)
-    with open(stem + ".json", "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(md + "\n")
-    plot(stem + ".png", meta, rows)
-    print(wrote(stem + ".json", stem + ".md", stem + ".png"))
+    print(wrote(*save_results(stem, dict(meta=meta, rows=rows), md, lambda plt, p: plot(plt, p, meta, rows))))
 
 
 if __name__ == "__main__":

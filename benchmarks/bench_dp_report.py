@@ -1,8 +1,6 @@
 """bench_dp.py's report: the markdown table, the goal's verdict, the plot."""
 from __future__ import annotations
 
-from plumbing.plot import pyplot
-
 
 def _p50(d) -> str:
     return f"{d['p50']:.1f}" if d and d.get("p50") is not None else "-"
@@ -48,10 +46,7 @@ def markdown(meta: dict, rows: list, goal: float, not_judged: str | None) -> str
     return "\n".join(out)
 
 
-def plot(path: str, meta: dict, rows: list) -> None:
-    plt = pyplot()
-    if plt is None:
-        return
+def plot(plt, path: str, meta: dict, rows: list) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     labels = [f"{r['workload']}\ndp {r['dp']}" + (f"\n{r['routing']}" if r["dp"] > 1 else "") for r in rows]
     ax.bar(range(len(rows)), [r["output_tok_per_s"] for r in rows],

@@ -66,47 +66,13 @@ def engine(spec: dict) -> dict:
     return out
 
 
-def _timed(fn, x, line_up) -> dict:
-    """fn(x) eager (ITERS back to back) and replayed from a CUDA graph of GRAPH_REPS calls: µs a call."""
-    for _ in range(20):
-        fn(x)
-    torch.cuda.synchronize()
-    line_up()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(ITERS):
-        fn(x)
-    b.record()
-    torch.cuda.synchronize()
-    row = dict(eager_us=a.elapsed_time(b) / ITERS * 1e3)
-    try:
-        s = torch.cuda.Stream()
-        with torch.cuda.stream(s):
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, stream=s):
-                for _ in range(GRAPH_REPS):
-                    fn(x)
-        torch.cuda.synchronize()
-        g.replay()
-        torch.cuda.synchronize()
-        line_up()
-        a.record()
-        for _ in range(10):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        row["graph_us"] = a.elapsed_time(b) / (10 * GRAPH_REPS) * 1e3
-    except Exception as e:                           # noqa: BLE001  (reported, not hidden)
-        row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-    return row
-
-
 def _rank(rank: int, size: int, port: int, sizes: list, path: str) -> None:
     """One rank of the all-reduce probe: NCCL and ours (allreduce.py), eager and graph-replayed, at each size."""
     import datetime
 
     import torch.distributed as dist
 
+    from benchmarks.timing import collective_us
     from l12_tensor_parallel.allreduce import PeerAllReduce, store_exchange
     from l12_tensor_parallel.comm import process_group
     torch.cuda.set_device(rank)
@@ -120,9 +86,10 @@ def _rank(rank: int, size: int, port: int, sizes: list, path: str) -> None:
     res = []
     for nbytes in sizes:
         x = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
-        row = dict(bytes=nbytes, **_timed(lambda t: pg.allreduce([t]).wait(), x, line_up))
+        row = dict(bytes=nbytes, **collective_us(lambda t: pg.allreduce([t]).wait(), x, line_up, ITERS, GRAPH_REPS))
         if ours.eligible(x):
-            row.update({f"ours_{k}": v for k, v in _timed(ours.all_reduce, x, line_up).items()})
+            t = collective_us(ours.all_reduce, x, line_up, ITERS, GRAPH_REPS)
+            row.update({f"ours_{k}": v for k, v in t.items()})
         res.append(row)
     ours.check()
     if rank == 0:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 
-from plumbing.plot import pyplot, wrote
+from benchmarks.outputs import save_results
+from plumbing.plot import wrote
 
 GOALS = dict(stream=1.6, e2e=1.8)           # issue 40: tp 2 against tp 1 (as shipped: CUDA graphs)
 
@@ -99,13 +99,5 @@ def plot(res: dict, path: str, plt) -> None:
 
 
 def save(stem: str, res: dict) -> None:
-    os.makedirs(os.path.dirname(stem), exist_ok=True)
     text = table(res["meta"], res["rows"], res["tokens"], res["allreduce"])
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(text + "\n")
-    plt = pyplot()
-    if plt is not None:
-        plot(res, stem + ".png", plt)
-    print(wrote(stem + ".json", stem + ".md", stem + ".png"))
+    print(wrote(*save_results(stem, res, text, lambda plt, p: plot(res, p, plt))))

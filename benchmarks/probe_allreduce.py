@@ -100,31 +100,15 @@ def _line_up(torch, nccl, dev):
 
 
 def _time(torch, nccl, ar, dev, nbytes):
-    """µs per call: eager (ITERS back to back) and replayed from a graph of GRAPH_REPS calls."""
+    """µs per call, NCCL's and ours: eager (ITERS back to back) and replayed from a graph of GRAPH_REPS calls."""
+    from benchmarks.timing import collective_us
     x = torch.zeros(max(nbytes // 2, 1), dtype=torch.bfloat16, device=dev)
     row = dict(bytes=nbytes)
     for name, fn in (("nccl", nccl), ("ours", ar)):
-        fn(x)
-        _line_up(torch, nccl, dev)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(ITERS):
-            fn(x)
-        b.record()
-        torch.cuda.synchronize()
-        row[f"{name}_eager_us"] = a.elapsed_time(b) / ITERS * 1e3
-        g, s = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(GRAPH_REPS):
-                fn(x)
-        g.replay()
-        _line_up(torch, nccl, dev)
-        a.record()
-        for _ in range(REPLAYS):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        row[f"{name}_graph_us"] = a.elapsed_time(b) / (REPLAYS * GRAPH_REPS) * 1e3
+        t = collective_us(fn, x, lambda: _line_up(torch, nccl, dev), ITERS, GRAPH_REPS, REPLAYS)
+        if "graph_error" in t:
+            raise RuntimeError(f"{name} in a CUDA graph: {t['graph_error']}")
+        row.update({f"{name}_{k}": v for k, v in t.items()})
     return row
 
 

@@ -1,8 +1,6 @@
 """probe_allreduce.py's table (with the floor and the goal's verdict) and files (JSON, markdown, PNG)."""
 from __future__ import annotations
 
-import json
-import os
 
 GOAL_US, GOAL_BYTES = 6.0, 8192            # issue 40: ours in a CUDA graph at one decode token's 8 KB
 
@@ -29,24 +27,21 @@ def report(res: dict, world: int) -> str:
     return "\n".join(lines)
 
 
+def plot(plt, path: str, res: dict, world: int) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    b = [r["bytes"] for r in res["rows"][1:]]
+    for key, style in (("nccl_eager_us", "o--"), ("nccl_graph_us", "o-"), ("ours_eager_us", "s--"),
+                       ("ours_graph_us", "s-"), ("floor_us", "k:")):
+        ax.plot(b, [r[key] for r in res["rows"][1:]], style, label=key[:-3].replace("_", " "))
+    ax.axhline(GOAL_US, color="grey", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="bytes (bf16)", ylabel="µs per all-reduce",
+           title=f"all-reduce, {res['device']} x {world}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def save(stem: str, res: dict, text: str, world: int) -> None:
-    from plumbing.plot import pyplot, wrote
-    os.makedirs(os.path.dirname(stem), exist_ok=True)
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(text + "\n")
-    plt = pyplot()
-    if plt is not None:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        b = [r["bytes"] for r in res["rows"][1:]]
-        for key, style in (("nccl_eager_us", "o--"), ("nccl_graph_us", "o-"), ("ours_eager_us", "s--"),
-                           ("ours_graph_us", "s-"), ("floor_us", "k:")):
-            ax.plot(b, [r[key] for r in res["rows"][1:]], style, label=key[:-3].replace("_", " "))
-        ax.axhline(GOAL_US, color="grey", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel="bytes (bf16)", ylabel="µs per all-reduce",
-               title=f"all-reduce, {res['device']} x {world}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(stem + ".png", dpi=110)
-    print(wrote(stem + ".json", stem + ".md", stem + ".png"))
+    from benchmarks.outputs import save_results
+    from plumbing.plot import wrote
+    print(wrote(*save_results(stem, res, text, lambda plt, p: plot(plt, p, res, world))))
