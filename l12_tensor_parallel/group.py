@@ -224,8 +224,12 @@ class TensorParallel:
         self._check_open()
         t0, c0 = time.perf_counter(), time.thread_time()
         msg = pickle.dumps(("replay", index))
-        for c in self.conns:
-            c.send_bytes(msg)
+        try:
+            for c in self.conns:
+                c.send_bytes(msg)
+        except Exception as e:                       # a worker gone: named in one line, as in a step
+            err = self.failure(e)
+            raise err from (None if err is not e else e)
         self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg), 0)
 
     def failure(self, e: Exception) -> Exception:

@@ -147,6 +147,20 @@ def test_ctrl_c_leaves_the_workers_running_and_a_killed_one_stops_the_engine_wit
 
 
 @pytest.mark.deep
+def test_a_replay_announced_to_a_killed_worker_stops_the_engine_with_one_line():
+    """A CUDA graph's replay is announced by pipe (graphs.py): a worker gone by then is named as a
+    step's would be (the announcement is the only host message of a replayed step)."""
+    from l12_tensor_parallel import RankFailed
+    eng, group = started()
+    worker = group.procs[0]
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(5)
+    with pytest.raises(RankFailed, match=f"tensor-parallel rank 1 \\(pid {worker.pid}\\) was killed by signal 9"):
+        group.replay(0)
+    assert group.closed
+
+
+@pytest.mark.deep
 def test_a_worker_that_raises_is_named_with_its_error():
     """Planted: a step message the worker cannot read. It sends its error's first line and exits 1;
     rank 0's next step names the rank and quotes the line."""
