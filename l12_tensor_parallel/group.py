@@ -229,7 +229,9 @@ class TensorParallel:
                 c.send_bytes(msg)
         except Exception as e:                       # a worker gone: named in one line, as in a step
             err = self.failure(e)
-            raise err from (None if err is not e else e)
+            if err is e:
+                raise
+            raise err from None
         self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg), 0)
 
     def failure(self, e: Exception) -> Exception:
