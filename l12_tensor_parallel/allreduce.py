@@ -49,6 +49,7 @@ DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_BYTES = 2 << 20          # above this NCCL (2 MiB: a [256, 4096] bf16 activation)
 PROGRAMS, BLOCK, WARPS = 32, 8192, 16
 SPIN_LIMIT = 1 << 27         # polls before a wait gives up (the probe measures the seconds)
+STOP_EVERY: tl.constexpr = tl.constexpr(256)   # polls between two reads of the stop flag (a read crosses PCIe)
 
 
 def eligible(t: torch.Tensor, device, max_bytes: int) -> bool:
@@ -76,7 +77,7 @@ def _at(x_ptr, addr):
 
 
 @triton.jit
-def _peer_all_reduce(x_ptr, out_ptr, bufs, pads, calls, status, n, half, spin_limit, PROGS,
+def _peer_all_reduce(x_ptr, out_ptr, bufs, pads, calls, status, stop_addr, n, half, spin_limit, PROGS,
                      RANK: tl.constexpr, WORLD: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     epoch = tl.load(calls + pid) + 1
@@ -101,10 +102,13 @@ def _peer_all_reduce(x_ptr, out_ptr, bufs, pads, calls, status, n, half, spin_li
         for r in tl.static_range(WORLD):
             if r != RANK:
                 spins = 0
+                stop = 0
                 while (tl.atomic_add(my_pad + row + r, 0, sem="acquire", scope="sys") != epoch) & \
-                        (spins < spin_limit):
+                        (spins < spin_limit) & (stop == 0):
                     spins += 1
-                if spins >= spin_limit:
+                    if spins % STOP_EVERY == 0:                # the host's stop flag (pinned memory):
+                        stop = tl.load(stop_addr.to(tl.pointer_type(tl.int32)), volatile=True)   # a peer is gone
+                if (spins >= spin_limit) | (stop != 0):
                     tl.store(status, 1)
         tl.debug_barrier()                                     # the acquire before every thread's loads
         for c in range(pid, chunks, PROGS):
@@ -201,6 +205,9 @@ class PeerAllReduce:
         self.pads = torch.tensor(pads, dtype=torch.int64, device=self.device)
         self.calls = torch.zeros(self.programs, dtype=torch.int64, device=self.device)
         self.status = torch.zeros(1, dtype=torch.int32, device=self.device)
+        # set by stop(), from any thread, read by waiting kernels: pinned host memory, which the GPU
+        # reads through the same address (unified addressing)
+        self.stop_flag = torch.zeros(1, dtype=torch.int32, pin_memory=self.device.type == "cuda")
 
     @classmethod
     def local(cls, world: int, device="cpu", **kw) -> list:
@@ -233,10 +240,16 @@ class PeerAllReduce:
                              f"contiguous={t.is_contiguous()}, max {self.max_bytes} bytes)")
         out = t if out is None else out
         _peer_all_reduce[(self.programs,)](
-            t, out, self.bufs, self.pads, self.calls, self.status, t.numel(), self.max_bytes // t.element_size(),
+            t, out, self.bufs, self.pads, self.calls, self.status, self.stop_flag.data_ptr(), t.numel(),
+            self.max_bytes // t.element_size(),
             self.spin_limit, self.programs, RANK=self.rank, WORLD=self.world, BLOCK=self.block,
             num_warps=self.num_warps)
         return out
+
+    def stop(self) -> None:
+        """A peer is gone: every wait, running or to come, gives up within STOP_EVERY polls (status set).
+        Safe from any thread; the GPU is not synced."""
+        self.stop_flag[0] = 1
 
     def check(self) -> None:
         """Raise if a wait ever gave up (a peer dead or hung): the ranks are out of step for good."""

@@ -39,10 +39,10 @@ import torch.distributed as dist
 from plumbing.errors import UserError
 
 from .comm import Comm, Sent, flatten, pack, peer_all_reduce, process_group
+from .lifecycle import how, shutdown, watch
 
 START_TIMEOUT_S = 600.0       # a worker loads its shard and builds its cache within this
 DEATH_WAIT_S = 5.0            # after a collective fails: how long a dying worker gets to be seen dead
-STOP_TIMEOUT_S = 5.0          # close(): how long workers get to leave before they are terminated
 
 
 class RankFailed(RuntimeError):
@@ -77,46 +77,6 @@ def context(device: str):
     return ctx
 
 
-def _how(p) -> str:
-    code = p.exitcode
-    return "is running" if code is None else f"was killed by signal {-code}" if code < 0 else f"exited ({code})"
-
-
-def _shutdown(procs, conns, held) -> None:
-    """Stop every worker: a stop message, a bounded wait, then terminate and kill. Never hangs. Then
-    this rank's CUDA graphs are destroyed and its NCCL communicators aborted, in that order: a live
-    graph that captured a collective holds its communicator, and an abort waits for it (the probe's
-    hang in destroy_process_group; a minute per engine, then NCCL gives up)."""
-    for c in conns:
-        try:
-            c.send_bytes(b"")
-        except (OSError, ValueError):
-            pass
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for sig in ("terminate", "kill"):
-        for p in procs:
-            if p.is_alive():
-                getattr(p, sig)()
-                p.join(1.0)
-    for c in conns:
-        c.close()
-    for graphs in held["graphs"]:                   # {key: (CUDAGraph, its static outputs...)}
-        for entry in graphs.values():
-            entry[0].reset()
-        graphs.clear()                               # (a later step finds no graph: eager, and told it is closed)
-    if held["peer"] is not None and not held["failed"]:   # our all-reduce's buffers, freed after a sync; after a
-        held["peer"].close()                              # failure the GPU may wait on a dead peer: left to exit
-    pg, held["pg"] = held["pg"], None
-    abort = getattr(pg, "abort", None)               # NCCL: drop the communicators now, without waiting on peers
-    if abort is not None and held["backend"] == "nccl":
-        try:
-            abort()
-        except Exception:                            # noqa: BLE001  (already torn down)
-            pass
-
-
 class TensorParallel:
     """Ranks 1..tp-1 started and joined with this process (rank 0) in one group (``comm``)."""
 
@@ -142,8 +102,8 @@ class TensorParallel:
             theirs.close()
             self.procs.append(p)
             self.conns.append(mine)
-        self._held = dict(graphs=[], peer=None, pg=None, backend=spec.backend, failed=False)   # _shutdown's, in order
-        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, self._held)
+        self._held = dict(graphs=[], peer=None, pg=None, backend=spec.backend, failed=False, closing=False, why=None)
+        self._finalizer = weakref.finalize(self, shutdown, self.procs, self.conns, self._held)
         try:
             self._wait_ready()
             self.pg = process_group(spec.backend, store, 0, tp, spec.timeout_s)
@@ -153,6 +113,9 @@ class TensorParallel:
             self.stop_now()
             raise
         self.store, self.comm = store, Comm(self.pg, 0, tp, peer)
+        if spec.backend == "nccl":                   # a GPU waiting on a dead rank: seen by a thread (lifecycle.py)
+            watch(self.procs, self._held, lambda p: f"tensor-parallel rank {self.procs.index(p) + 1} (pid {p.pid}) "
+                                                    f"{how(p)}; the engine stops.")
 
     def _wait_ready(self) -> None:
         """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""
@@ -175,7 +138,7 @@ class TensorParallel:
                 if kind == "died":
                     p = self.procs[r - 1]
                     p.join(1.0)
-                    raise RankFailed(f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)} while starting (its error "
+                    raise RankFailed(f"tensor-parallel rank {r} (pid {p.pid}) {how(p)} while starting (its error "
                                      "is above; a script that builds the engine when imported must do it under "
                                      "`if __name__ == '__main__':`, since each rank imports the main module).")
                 self.sizes[r] = line                 # the EngineConfig its GPU could hold
@@ -215,6 +178,9 @@ class TensorParallel:
             raise err from None
 
     def _check_open(self) -> None:
+        if self._held["why"] and not self.failed:       # the watch saw a worker exit (lifecycle.py)
+            self.failed = self._held["why"]
+            self.stop_now()
         if self.closed:
             raise RankFailed(self.failed or "the tensor-parallel ranks were shut down (close()): build a new engine.")
 
@@ -257,7 +223,7 @@ class TensorParallel:
         dead = [(r, p) for r, p in enumerate(self.procs, 1) if p.exitcode is not None]
         if dead:
             r, p = dead[0]
-            msg = f"tensor-parallel rank {r} (pid {p.pid}) {_how(p)}{': ' + lines[r] if r in lines else ''}; " \
+            msg = f"tensor-parallel rank {r} (pid {p.pid}) {how(p)}{': ' + lines[r] if r in lines else ''}; " \
                   "the engine stops."
         elif timed_out:
             msg = (f"a tensor-parallel collective waited {self.spec.timeout_s:.0f} s for a rank that did not answer "

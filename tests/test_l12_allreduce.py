@@ -96,3 +96,17 @@ def test_a_missing_peer_times_out_and_check_raises():
     r0(torch.ones(10))                                  # nobody published: the wait gives up
     with pytest.raises(RuntimeError, match="out of step"):
         r0.check()
+
+
+@interpreted
+def test_a_stop_ends_a_wait_that_would_have_lasted_far_longer():
+    """A peer that never comes: stop() (the host's flag, read every STOP_EVERY polls) ends the wait
+    within those polls (40 ms here), not at the spin limit (60,000 polls: 9 s here), and check() raises."""
+    import time
+    r0, _ = PeerAllReduce.local(2, **dict(KW, spin_limit=60_000))
+    r0.stop()
+    t0 = time.monotonic()
+    r0.all_reduce(torch.ones(8))
+    assert time.monotonic() - t0 < 1.5
+    with pytest.raises(RuntimeError, match="out of step"):
+        r0.check()

@@ -107,3 +107,40 @@ def test_a_capture_that_fails_on_rank_0_stops_the_workers_that_captured():
     with pytest.raises(RuntimeError, match="out of memory"):
         GraphsAcrossRanks(group, capture)
     assert group.stopped
+
+
+class _Stops:
+    def __init__(self):
+        self.stopped = self.aborted = False
+
+    def stop(self):
+        self.stopped = True
+
+    def abort(self):
+        self.aborted = True
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_the_watch_stops_the_engine_when_a_worker_exits_and_not_when_it_was_asked_to(closing, capfd):
+    """lifecycle.watch (GPUs): a worker's exit, the engine not closing: one line, our all-reduce's
+    waits stopped, the communicators aborted, the group marked failed; while closing: nothing."""
+    import multiprocessing as mp
+    import signal
+    import time
+
+    from l12_tensor_parallel.lifecycle import how, watch
+    p = mp.get_context("fork").Process(target=time.sleep, args=(30,))
+    p.start()
+    peer, pg = _Stops(), _Stops()
+    held = dict(closing=closing, failed=False, why=None, peer=peer, pg=pg)
+    t = watch([p], held, lambda q: f"tensor-parallel rank 1 (pid {q.pid}) {how(q)}; the engine stops.")
+    p.kill()
+    t.join(10)
+    assert not t.is_alive()
+    said = capfd.readouterr().err
+    if closing:
+        assert not held["failed"] and not peer.stopped and not pg.aborted and said == ""
+    else:
+        assert held["failed"] and peer.stopped and pg.aborted
+        assert said == f"l12_tensor_parallel: tensor-parallel rank 1 (pid {p.pid}) was killed by signal " \
+                       f"{int(signal.SIGKILL)}; the engine stops.\n"

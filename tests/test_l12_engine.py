@@ -149,6 +149,18 @@ def test_ctrl_c_leaves_the_workers_running_and_a_killed_one_stops_the_engine_wit
 
 
 @pytest.mark.deep
+def test_a_death_the_watch_saw_stops_the_next_step_with_its_line():
+    """On GPUs the watch (lifecycle.py) names a worker that exits and marks the group; the next step,
+    or replay, raises that line and stops the rest (here the mark is set by hand: gloo needs no watch)."""
+    from l12_tensor_parallel import RankFailed
+    eng, group = started()
+    group._held["why"] = "tensor-parallel rank 1 (pid 1) was killed by signal 9; the engine stops."
+    with pytest.raises(RankFailed, match=r"rank 1 \(pid 1\) was killed by signal 9"):
+        eng.step()
+    assert group.closed and all(not p.is_alive() for p in group.procs)
+
+
+@pytest.mark.deep
 def test_a_replay_announced_to_a_killed_worker_stops_the_engine_with_one_line():
     """A CUDA graph's replay is announced by pipe (graphs.py): a worker gone by then is named as a
     step's would be (the announcement is the only host message of a replayed step)."""
@@ -194,16 +206,17 @@ def test_an_error_on_rank_0_mid_step_stops_the_workers_it_left_inside_the_step(m
 
 @pytest.mark.deep
 def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch):
-    import l12_tensor_parallel.group as g
+    import l12_tensor_parallel.lifecycle as life
     import l12_tensor_parallel.stage as st
+    from l12_tensor_parallel import RankFailed
     monkeypatch.setattr(st, "TIMEOUT_S", 3.0)
-    monkeypatch.setattr(g, "STOP_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(life, "STOP_TIMEOUT_S", 1.0)
     eng, group = started()
     worker = group.procs[0]
     os.kill(worker.pid, signal.SIGSTOP)
     t0 = time.monotonic()
     try:
-        with pytest.raises(g.RankFailed, match=r"waited 3 s for a rank that did not answer \(a hung worker\)"):
+        with pytest.raises(RankFailed, match=r"waited 3 s for a rank that did not answer \(a hung worker\)"):
             eng.step()
         assert time.monotonic() - t0 < 15
         assert not worker.is_alive()                                     # close() killed it, stopped as it was
