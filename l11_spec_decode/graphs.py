@@ -55,13 +55,18 @@ class VerifyGraphs:
         torch.cuda.synchronize()
         self.graph_bytes, self.capture_s = torch.cuda.memory_reserved() - before, time.perf_counter() - t0
 
-    def execute(self, out) -> RunnerOutput | None:
-        """A replay if the step is a captured uniform verify step; None: run it eagerly."""
+    def replay_bucket(self, out) -> tuple | None:
+        """The graph this step replays, (bucket(B), q), or None (eager), as stage 7's GraphRunner says."""
         q = uniform_verify(out)
         key = (self.runner.bucket(len(out.scheduled)), q) if q is not None else None
-        if key not in self.graphs:
+        return key if key in self.graphs else None
+
+    def execute(self, out) -> RunnerOutput | None:
+        """A replay if the step is a captured uniform verify step; None: run it eagerly."""
+        key = self.replay_bucket(out)
+        if key is None:
             return None
-        r = self.runner
+        q, r = key[1], self.runner
         lay, _ = r.prepare(out, pad_to=key[0])
         if r.check:
             r.check_step(out, lay, q)

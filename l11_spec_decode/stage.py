@@ -1,10 +1,12 @@
-"""Stage 11's contribution to the assembler: one option and one part, a step order.
+"""Stage 11's contribution to the assembler: one option and two parts, a step order and its graphs.
 
-    slot   part                                                      options it reads
-    step   SpeculativeStep (step.py): the Speculator                 speculative_config, seed
-           (speculator.py) with its drafter (n-gram, a draft
-           model, or a replay: drafters.py, draft_model.py), and
-           on a GPU with CUDA graphs, VerifyGraphs (graphs.py)
+    slot           part                                              options it reads
+    step           SpeculativeStep (step.py): the Speculator         speculative_config, seed
+                   (speculator.py) with its drafter (n-gram, a
+                   draft model, or a replay: drafters.py,
+                   draft_model.py), and the verify graphs
+    verify_graphs  on a GPU with CUDA graphs, VerifyGraphs           speculative_config
+                   (graphs.py): uniform verify steps replayed
 
 Without ``speculative_config`` the maker returns None and the step order is stage 7's (or 5's).
 With it, async scheduling is off: a guess needs the token before it on the host, so an explicit
@@ -43,11 +45,17 @@ def step(a):
                         "it on the host. Leave async_scheduling out (speculation turns it off) or set it False.")
     speculator = Speculator(make_drafter(spec, a.model, a.config, a.args.impl), spec.num_speculative_tokens,
                             a.config.max_model_len, spec.disable_by_batch_size, seed=a.args.seed)
-    eager = a.part("eager_runner")
-    graphs = VerifyGraphs(eager, spec.num_speculative_tokens + 1, spec.disable_by_batch_size) \
-        if getattr(a.part("runner"), "graphs", None) else None      # graphs where stage 7 captured them
-    return SpeculativeStep(speculator, eager, graphs)
+    return SpeculativeStep(speculator, a.part("eager_runner"), a.part("verify_graphs", lambda _: None))
 
 
-STAGES = BEFORE + (Stage("l11_spec_decode", OPTIONS, dict(step=step)),)
+def verify_graphs(a):
+    """VerifyGraphs: uniform verify steps replayed, where stage 7 captured its graphs (None elsewhere:
+    the step verifies eagerly)."""
+    spec = a.args.speculative_config
+    if spec is None or not getattr(a.part("runner"), "graphs", None):
+        return None
+    return VerifyGraphs(a.part("eager_runner"), spec.num_speculative_tokens + 1, spec.disable_by_batch_size)
+
+
+STAGES = BEFORE + (Stage("l11_spec_decode", OPTIONS, dict(step=step, verify_graphs=verify_graphs)),)
 LLM, build_engine = entry_points(STAGES)

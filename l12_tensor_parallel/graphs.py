@@ -14,16 +14,16 @@ inputs to the workers, never hears of it. So the graphs are made in two halves:
               0's broadcast, so no host waits for another
     eager     every other step, as before: through ShardedModel
 
-Speculation's verify graphs (stage 11) replay inside its own step, which announces nothing: at
-tp > 1 this runner does not offer its graphs to it (no ``graphs`` attribute), so verify steps run
-eagerly, and the runner maker says so.
+Speculation's verify graphs (stage 11) are made the same way: stage 12's ``verify_graphs`` maker
+wraps them in this class too (their capture comes after the runner's, so their indices follow).
 """
 from __future__ import annotations
 
 
 class GraphsAcrossRanks:
     def __init__(self, group, capture):
-        """``capture()``: stage 7's GraphRunner for this rank (it captures as it is made)."""
+        """``capture()``: stage 7's GraphRunner (or stage 11's VerifyGraphs) for this rank, which
+        captures as it is made; either has ``graphs`` and ``replay_bucket(out)``."""
         self.group = group
         first = group.captured
         try:

@@ -1,4 +1,4 @@
-"""Stage 12's contribution to the assembler: five options and three parts.
+"""Stage 12's contribution to the assembler: five options and four parts.
 
     slot    part                                                   options it reads
     model   ShardedModel (model.py): rank 0's shard, read from     tensor_parallel_size,
@@ -10,6 +10,7 @@
     runner  on GPUs at tp > 1, stage 7's CUDA graphs captured on   tensor_parallel_size,
             every rank, each replay announced to the workers       enforce_eager,
             (graphs.py); elsewhere stage 7's choice                prefill_graphs
+    verify_graphs  the same for stage 11's verify graphs            speculative_config
     engine_client  the server's (l10_server/client.py): at         data_parallel_size,
             dp > 1, DataParallel (replicas.py): dp engine cores,   data_parallel_routing
             each a whole engine (and a TP group at tp > 1),
@@ -37,6 +38,7 @@ from l1_dense.checkpoint import resolve_model_dir
 from l1_dense.config import ModelConfig
 from l5_scheduler.assemble import Checkpoint, Stage, engine_config
 from l5_scheduler.llm import entry_points
+from l11_spec_decode.graphs import VerifyGraphs
 from l11_spec_decode.stage import STAGES as BEFORE
 from l7_fast.graphs import GraphRunner
 from l7_fast.warmup import warm_up
@@ -119,7 +121,7 @@ def model(a):
 def runner(a):
     """On GPUs at tp > 1: stage 7's choice (its CUDA graphs after the warm-up, or the eager runner
     with enforce_eager), each graph captured on every rank and each replay announced to the workers
-    (graphs.py). Speculation's verify steps then run eagerly, and the engine says so in one line."""
+    (graphs.py)."""
     if a.args.tensor_parallel_size == 1 or a.device.type != "cuda":
         return None
     r = a.part("eager_runner")
@@ -127,10 +129,17 @@ def runner(a):
     print(r.warmup_report.line(), file=sys.stderr)
     if a.args.enforce_eager or a.args.impl != "triton":        # the torch reference cannot be captured
         return r
-    if a.args.speculative_config is not None:
-        print(f"l12_tensor_parallel: tensor_parallel_size {a.args.tensor_parallel_size} runs speculation's verify "
-              "steps eagerly: its verify graphs are not captured across ranks yet", file=sys.stderr)
     return GraphsAcrossRanks(a.model.tensor_parallel, lambda: GraphRunner(r, prefill=a.args.prefill_graphs))
+
+
+def verify_graphs(a):
+    """At tp > 1, where the runner's graphs are captured across ranks: stage 11's VerifyGraphs, the
+    same way (graphs.py); elsewhere stage 11's choice."""
+    spec = a.args.speculative_config
+    if a.args.tensor_parallel_size == 1 or spec is None or not isinstance(a.part("runner"), GraphsAcrossRanks):
+        return None
+    return GraphsAcrossRanks(a.model.tensor_parallel, lambda: VerifyGraphs(
+        a.part("eager_runner"), spec.num_speculative_tokens + 1, spec.disable_by_batch_size))
 
 
 def refuse_data_parallel(args) -> None:
@@ -153,5 +162,6 @@ def engine_client(a):
     return start(a.args)
 
 
-STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner, engine_client=engine_client)),)
+STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner, verify_graphs=verify_graphs,
+                                               engine_client=engine_client)),)
 LLM, build_engine = entry_points(STAGES)
