@@ -13,7 +13,6 @@ Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options i
     sampler      tokens from logits                stage 4's Sampler
     scheduler    who runs, how many tokens         Scheduler (given the kv_manager)
     step         the order of one step's work      PlainStep
-    verify_graphs speculation's CUDA graphs         none (stage 11's, when there are graphs)
 
 One slot lives outside the engine, in a server's process, and is asked for by that server with a
 ``default`` maker of its own (``part(slot, default)``): the stages here make none.
