@@ -9,7 +9,7 @@ from M, a split size from the batch) and must fail there. The GPU in bfloat16: s
 import pytest
 import torch
 
-import l13_batch_invariant  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
+import plumbing.runtime  # noqa: F401  (sets TRITON_INTERPRET on CPU before triton is imported)
 from plumbing.errors import UserError
 from l3_paged.attention_ref import paged_attention_ref
 from l3_paged.paged_batch import make_paged_batch
