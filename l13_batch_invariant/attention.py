@@ -94,15 +94,13 @@ def _fixed_split_kernel(q_ptr, k_ptr, v_ptr, o_ptr, acc_ptr, m_ptr, l_ptr, cu_q_
         return
     k_base, v_base = k_ptr + kv_head * stride_kh, v_ptr + kv_head * stride_vh
     bt_row = bt_ptr + seq.to(tl.int64) * stride_bt
-    M_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    L_i = tl.zeros([BLOCK_M], tl.float32)
-    A_i = tl.zeros([BLOCK_M, D_PAD], tl.float32)
+    M_i, L_i, A_i = tl.full([BLOCK_M], float("-inf"), tl.float32), tl.zeros([BLOCK_M], tl.float32), \
+        tl.zeros([BLOCK_M, D_PAD], tl.float32)                  # the fold's running state
     for c in range(c_lo, c_hi):
         lo = c * SPLIT_KEYS
         hi = tl.minimum(lo + SPLIT_KEYS, masked_hi)
         mid = tl.maximum(lo, tl.minimum(hi, full_hi))    # [lo, mid) unmasked, [mid, hi) masked
-        acc, l_i, m_i = tl.zeros([BLOCK_M, D_PAD], tl.float32), tl.zeros([BLOCK_M], tl.float32), \
-            tl.full([BLOCK_M], float("-inf"), tl.float32)
+        acc, l_i, m_i = tl.zeros_like(A_i), tl.zeros_like(L_i), tl.full([BLOCK_M], float("-inf"), tl.float32)
         acc, l_i, m_i = _attend_tiles(acc, l_i, m_i, q, k_base, v_base, bt_row, lo, mid, kv_len, limit, offs_d,
                                       stride_kb, stride_ks, stride_vb, stride_vs, BLOCK_SIZE, qk_scale,
                                       HEAD_DIM, D_PAD, BLOCK_N, False, UPCAST)
