@@ -42,7 +42,6 @@ bandwidth measured here; fraction = floor / measured. A GPU run writes benchmark
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -78,7 +77,7 @@ from benchmarks.bench_common import bench_device, ceilings, free  # noqa: E402
 from benchmarks.bench_l7_measure import (PLAIN, floor_ms, hf_ms_per_token, host_ab, make, per_decode_step,  # noqa: E402
                                          run, steady_kernels, steady_time)
 from benchmarks.bench_l7_report import host_parts, markdown, plot  # noqa: E402
-from benchmarks.outputs import output_stem, scratch_dir  # noqa: E402
+from benchmarks.outputs import output_stem, save_results, scratch_dir  # noqa: E402
 from harness.random_checkpoint import build_checkpoint  # noqa: E402
 from l1_dense.checkpoint import load_model  # noqa: E402
 from l5_scheduler.config import make_config  # noqa: E402
@@ -220,12 +219,7 @@ def save(stem, meta, rows) -> None:
                 print(f"top kernels, {r['row']}, {key}: " + "; ".join(f"{n} x{c:.0f} {t:.3f} ms" for n, c, t in r[key]["top"][:8]))
     md = markdown(meta, rows)
     print("\n" + md)
-    with open(stem + ".json", "w") as f:
-        json.dump(dict(meta=meta, rows=rows), f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(md + "\n")
-    plot(stem + ".png", meta, rows)
-    print(wrote(stem + ".json", stem + ".md", stem + ".png"))
+    print(wrote(*save_results(stem, dict(meta=meta, rows=rows), md, lambda plt, p: plot(plt, p, meta, rows))))
 
 
 if __name__ == "__main__":

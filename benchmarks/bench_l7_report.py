@@ -1,7 +1,6 @@
 """The stage 7 ledger's report: the markdown table and the plot (benchmarks/bench_l7.py writes both)."""
 from __future__ import annotations
 
-from plumbing.plot import pyplot
 
 HOST_PARTS = ("schedule_ms", "execute_ms", "advance_ms", "sample_ms")
 
@@ -47,10 +46,7 @@ def markdown(meta, rows) -> str:
     return "\n".join(lines)
 
 
-def plot(path, meta, rows):
-    plt = pyplot()
-    if plt is None:
-        return
+def plot(plt, path, meta, rows):
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     x = range(len(rows))
     labels = [r["row"].replace("+ ", "+\n") for r in rows]

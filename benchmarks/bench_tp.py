@@ -6,8 +6,9 @@ the all-reduce of one decode step's activations (NCCL eager, NCCL replayed from 
     python -m benchmarks.bench_tp --preset Qwen/Qwen3-0.6B      # the small model, and why it gains little
     python -m benchmarks.bench_tp --quick                       # smoke test of the script (tiny model; CPU ok)
 
-Rows: tp 1 with CUDA graphs (stage 7's engine as shipped), tp 1 eager, tp 2 (eager: graphs are not
-captured across ranks yet, lesson 12). Each runs in a process of its own. Single stream: one
+Rows: tp 1 with CUDA graphs (stage 7's engine as shipped), tp 1 eager, tp 2 with CUDA graphs (captured
+on every rank, lesson 12) and our all-reduce, the same with NCCL's only (disable_custom_all_reduce),
+tp 2 eager. Each runs in a process of its own. Single stream: one
 64-token prompt, (time of 1 + N tokens - time of 1 token) / N. e2e: nano-vllm's workload (random
 prompts and outputs, lengths uniform in [min, max], ignore_eos). Floor of a decode step: every weight
 read once, split over the ranks, at the copy bandwidth measured here (bytes / (tp x BW)), plus the
@@ -39,7 +40,8 @@ def parse(argv):
     ap.add_argument("--min-len", type=int, default=100)
     ap.add_argument("--max-len", type=int, default=1024)
     ap.add_argument("--stream-tokens", type=int, default=128, help="single-stream tokens timed")
-    ap.add_argument("--skip", default="", help="comma-separated rows to leave out: graphs,eager,tp,tokens,allreduce")
+    ap.add_argument("--skip", default="", help="comma-separated rows to leave out: graphs,eager,tp,tp-nccl,tp-eager,"
+                    "tokens,allreduce")
     ap.add_argument("--out", default=None, help=out_help("bench_tp"))
     ap.add_argument("--quick", action="store_true", help="tiny model, 4 short requests, gloo on a CPU: smoke test")
     return ap.parse_args(argv)
@@ -98,10 +100,13 @@ def main(argv=None):
                 max_len=a.max_len, stream_tokens=a.stream_tokens, tokens=False, token_prompts=8,
                 token_steps=32 if not a.quick else 4)
     rows = {}
-    plan = [("graphs", "tp 1 (graphs)", 1, False), ("eager", "tp 1 eager", 1, True), ("tp", f"tp {a.tp} eager", a.tp, True)]
-    for name, label, tp, eager in plan:
-        if name not in skip and not (device == "cpu" and name == "graphs"):      # no graphs on a CPU
-            rows[label] = dict(child(dict(base, tp=tp, eager=eager), label), tp=tp)
+    plan = [("graphs", "tp 1 (graphs)", 1, False, False), ("eager", "tp 1 eager", 1, True, False),
+            ("tp", f"tp {a.tp} (graphs)", a.tp, False, False), ("tp-nccl", f"tp {a.tp} (graphs, NCCL only)", a.tp, False, True),
+            ("tp-eager", f"tp {a.tp} eager", a.tp, True, False)]
+    for name, label, tp, eager, nccl in plan:
+        if name not in skip and not (device == "cpu" and (not eager or nccl)):   # no graphs, no NCCL on a CPU
+            rows[label] = dict(child(dict(base, tp=tp, eager=eager, nccl_only=nccl), label), tp=tp, eager=eager,
+                               nccl_only=nccl)
     tokens = None
     if "tokens" not in skip:
         files = [os.path.join(scratch, f"tokens_tp{tp}.pt") for tp in (1, a.tp)]

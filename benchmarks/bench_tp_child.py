@@ -23,6 +23,7 @@ def engine(spec: dict) -> dict:
     t0 = time.perf_counter()
     llm = LLM(spec["path"], device=spec["device"], dtype=getattr(torch, spec["dtype"]), seed=0,
               tensor_parallel_size=spec["tp"], enforce_eager=spec["eager"], keep_logits=spec["tokens"],
+              **({"disable_custom_all_reduce": True} if spec.get("nccl_only") else {}),
               **({"num_gpu_blocks_override": 64} if spec["device"] == "cpu" else {}))
     eng = llm.llm_engine
     out = dict(start_s=time.perf_counter() - t0, num_blocks=eng.config.num_blocks,
@@ -66,51 +67,31 @@ def engine(spec: dict) -> dict:
 
 
 def _rank(rank: int, size: int, port: int, sizes: list, path: str) -> None:
-    """One rank of the all-reduce probe: eager and graph-replayed NCCL at each message size."""
+    """One rank of the all-reduce probe: NCCL and ours (allreduce.py), eager and graph-replayed, at each size."""
     import datetime
 
     import torch.distributed as dist
 
+    from benchmarks.timing import collective_us
+    from l12_tensor_parallel.allreduce import PeerAllReduce, store_exchange
     from l12_tensor_parallel.comm import process_group
     torch.cuda.set_device(rank)
     store = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=datetime.timedelta(seconds=60))
     pg = process_group("nccl", store, rank, size, 60.0)
+    ours = PeerAllReduce(rank, size, store_exchange(store, rank, size))
+
+    def line_up():                                   # the ranks start each timing together
+        pg.allreduce([torch.ones(1, device="cuda")]).wait()
+        torch.cuda.synchronize()
     res = []
     for nbytes in sizes:
         x = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
-        for _ in range(20):
-            pg.allreduce([x]).wait()
-        torch.cuda.synchronize()
-        pg.allreduce([torch.ones(1, device="cuda")]).wait()          # line the ranks up
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(ITERS):
-            pg.allreduce([x]).wait()
-        b.record()
-        torch.cuda.synchronize()
-        row = dict(bytes=nbytes, eager_us=a.elapsed_time(b) / ITERS * 1e3)
-        try:
-            s = torch.cuda.Stream()
-            with torch.cuda.stream(s):
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, stream=s):
-                    for _ in range(GRAPH_REPS):
-                        pg.allreduce([x]).wait()
-            torch.cuda.synchronize()
-            g.replay()
-            torch.cuda.synchronize()
-            pg.allreduce([torch.ones(1, device="cuda")]).wait()
-            torch.cuda.synchronize()
-            a.record()
-            for _ in range(10):
-                g.replay()
-            b.record()
-            torch.cuda.synchronize()
-            row["graph_us"] = a.elapsed_time(b) / (10 * GRAPH_REPS) * 1e3
-        except Exception as e:                       # noqa: BLE001  (reported, not hidden)
-            row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        row = dict(bytes=nbytes, **collective_us(lambda t: pg.allreduce([t]).wait(), x, line_up, ITERS, GRAPH_REPS))
+        if ours.eligible(x):
+            t = collective_us(ours.all_reduce, x, line_up, ITERS, GRAPH_REPS)
+            row.update({f"ours_{k}": v for k, v in t.items()})
         res.append(row)
+    ours.check()
     if rank == 0:
         with open(path, "w") as f:
             json.dump(res, f)

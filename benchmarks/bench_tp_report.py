@@ -2,26 +2,27 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 
-from plumbing.plot import pyplot, wrote
+from benchmarks.outputs import save_results
+from plumbing.plot import wrote
 
 GOALS = dict(stream=1.6, e2e=1.8)           # issue 40: tp 2 against tp 1 (as shipped: CUDA graphs)
 
 
 def floors(meta: dict, rows: dict, ar, path: str) -> None:
     """Each row's single-stream floor: the weights read once over its ranks at the measured copy
-    bandwidth, plus its all-reduces at NCCL's eager time for one token (tp > 1); and the fraction of
-    it reached."""
+    bandwidth, plus its all-reduces for one token (tp > 1) at NCCL's time measured here, eager or
+    replayed from a CUDA graph as the row runs; and the fraction of it reached."""
     from l1_dense.config import ModelConfig
     cfg = ModelConfig.from_dir(path)
     weights = sum(os.path.getsize(f) for f in glob.glob(os.path.join(path, "*.safetensors")))
     meta.update(weight_bytes=weights, all_reduces_per_step=2 * cfg.num_layers + 1)
-    one = ar[0]["eager_us"] if ar else None
     for r in rows.values():
         if not meta["copy_GBps"] or "ms_per_token" not in r:
             continue
+        key = "eager_us" if r.get("eager", True) else "graph_us" if r.get("nccl_only") else "ours_graph_us"
+        one = ar[0].get(key) if ar else None
         comm = meta["all_reduces_per_step"] * one * 1e-3 if r["tp"] > 1 and one else 0.0
         r["floor_ms"] = weights / (r["tp"] * meta["copy_GBps"] * 1e9) * 1e3 + comm
         r["floor_comm_ms"] = comm
@@ -29,7 +30,8 @@ def floors(meta: dict, rows: dict, ar, path: str) -> None:
 
 
 def verdicts(meta: dict, rows: dict) -> list[str]:
-    base, tp = rows.get("tp 1 (graphs)"), next((r for k, r in rows.items() if r["tp"] > 1), None)
+    base = rows.get("tp 1 (graphs)")
+    tp = next((r for r in rows.values() if r["tp"] > 1 and not r.get("eager", True)), None)   # graphs, as shipped
     if meta["quick"] or not base or not tp or "ms_per_token" not in tp:
         return []
     s, e = base["ms_per_token"] / tp["ms_per_token"], tp["e2e_tok_s"] / base["e2e_tok_s"]
@@ -63,11 +65,14 @@ def table(meta: dict, rows: dict, tokens, ar) -> str:
                   f"{t['max_logit_diff']:.3f} | {t['max_logit_diff_before']:.3f} | {t['tp1_margin']:.3f} |"
                   for i, t in enumerate(tokens)]
     if ar:
-        lines += ["", f"all-reduce, bf16, {meta['tp']} GPUs, one process each (µs per all-reduce; ours: not built yet)",
-                  "| bytes | decode batch | NCCL eager | NCCL in a CUDA graph |", "|---|---|---|---|"]
+        lines += ["", f"all-reduce, bf16, {meta['tp']} GPUs, one process each (µs per all-reduce; ours: allreduce.py)",
+                  "| bytes | decode batch | NCCL eager | NCCL in a CUDA graph | ours eager | ours in a CUDA graph |",
+                  "|---|---|---|---|---|---|"]
         hidden = ar[0]["bytes"] // 2
-        lines += [f"| {r['bytes']:,} | {r['bytes'] // (2 * hidden)} | {r['eager_us']:.1f} | "
-                  f"{format(r['graph_us'], '.1f') if 'graph_us' in r else r.get('graph_error', '-')} |" for r in ar]
+        us = lambda r, k: format(r[k], ".1f") if k in r else "-"                    # noqa: E731
+        lines += [f"| {r['bytes']:,} | {r['bytes'] // (2 * hidden)} | {us(r, 'eager_us')} | "
+                  f"{us(r, 'graph_us') if 'graph_us' in r else r.get('graph_error', '-')} | {us(r, 'ours_eager_us')} | "
+                  f"{us(r, 'ours_graph_us')} |" for r in ar]
     return "\n".join(lines)
 
 
@@ -84,8 +89,8 @@ def plot(res: dict, path: str, plt) -> None:
     if ar:
         b = [r["bytes"] for r in ar]
         axes[2].plot(b, [r["eager_us"] for r in ar], "o-", label="NCCL eager")
-        axes[2].plot([r["bytes"] for r in ar if "graph_us" in r], [r["graph_us"] for r in ar if "graph_us" in r],
-                     "s-", label="NCCL in a CUDA graph")
+        for k, label in (("graph_us", "NCCL in a CUDA graph"), ("ours_graph_us", "ours in a CUDA graph")):
+            axes[2].plot([r["bytes"] for r in ar if k in r], [r[k] for r in ar if k in r], "s-", label=label)
         axes[2].set(xscale="log", xlabel="bytes", ylabel="µs", title="all-reduce")
         axes[2].legend(fontsize=8)
     fig.suptitle(f"{res['meta']['device']} x {res['meta']['gpus']}")
@@ -94,13 +99,5 @@ def plot(res: dict, path: str, plt) -> None:
 
 
 def save(stem: str, res: dict) -> None:
-    os.makedirs(os.path.dirname(stem), exist_ok=True)
     text = table(res["meta"], res["rows"], res["tokens"], res["allreduce"])
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(text + "\n")
-    plt = pyplot()
-    if plt is not None:
-        plot(res, stem + ".png", plt)
-    print(wrote(stem + ".json", stem + ".md", stem + ".png"))
+    print(wrote(*save_results(stem, res, text, lambda plt, p: plot(res, p, plt))))

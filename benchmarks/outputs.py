@@ -46,6 +46,26 @@ def output_stem(benchmark: str, out: str | None, quick: bool, device: str) -> st
     return str(folder / stem)
 
 
+def save_results(stem: str, data: dict, text: str, draw=None) -> list[str]:
+    """``stem``.json (``data``), ``stem``.md (``text``) and, where matplotlib is installed and ``draw``
+    is given, ``stem``.png (``draw(plt, path)``); makes the folder. Returns the paths written."""
+    import json
+    import os
+
+    from plumbing.plot import pyplot
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
+    with open(stem + ".json", "w") as f:
+        json.dump(data, f, indent=1)
+    with open(stem + ".md", "w") as f:
+        f.write(text + "\n")
+    written = [stem + ".json", stem + ".md"]
+    plt = pyplot() if draw is not None else None
+    if plt is not None:
+        draw(plt, stem + ".png")
+        written.append(stem + ".png")
+    return written
+
+
 def out_help(benchmark: str) -> str:
     return (f"folder for {benchmark}.{{json,md,png}} (default: benchmarks/results/{benchmark}/<gpu>.* for a full "
             f"GPU run, out/{benchmark}/ for --quick or a CPU)")

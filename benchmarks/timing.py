@@ -7,6 +7,8 @@
   256 MB write that flushes L2; the flushes are timed in a graph of their own and subtracted. This
   is what a CUDA-graph decode step (stage 7) pays.
 * ``host_us``: Python + launch cost of one call, back-to-back calls with no sync.
+* ``collective_us``: a call every rank makes together (an all-reduce), eager and replayed from a
+  CUDA graph, each timing started by ``line_up`` (the ranks meet, then sync).
 * ``copy_bandwidth``: a device-to-device copy, the roofline every memory-bound figure is scored
   against (bytes read + written).
 """
@@ -90,3 +92,37 @@ def host_us(fn, n: int = 200) -> float:
     dt = time.perf_counter() - t0
     torch.cuda.synchronize()
     return dt / n * 1e6
+
+
+def collective_us(fn, x, line_up, iters: int = 100, graph_reps: int = 20, replays: int = 10) -> dict:
+    """µs a call of ``fn(x)``: eager (``iters`` back to back: what the host's launch allows) and
+    replayed from a CUDA graph of ``graph_reps`` calls (``replays`` times). A capture that fails is
+    said (``graph_error``), not hidden."""
+    for _ in range(3):
+        fn(x)
+    torch.cuda.synchronize()
+    line_up()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        fn(x)
+    b.record()
+    torch.cuda.synchronize()
+    row = dict(eager_us=a.elapsed_time(b) / iters * 1e3)
+    try:
+        g, s = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        with torch.cuda.graph(g, stream=s):
+            for _ in range(graph_reps):
+                fn(x)
+        g.replay()
+        torch.cuda.synchronize()
+        line_up()
+        a.record()
+        for _ in range(replays):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        row["graph_us"] = a.elapsed_time(b) / (replays * graph_reps) * 1e3
+    except Exception as e:                           # noqa: BLE001  (reported, not hidden)
+        row["graph_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return row

@@ -10,36 +10,25 @@ engine loop that runs in its own process (engine_core.py).
     client gone: the generator closes       ------------- pipe ------------->  abort_request: blocks freed
 
 The event loop never blocks: the reader thread waits on the pipe and hands each batch over in one
-call. Prompts are encoded and stop strings checked in the engine core, with its tokenizer; the
-server detokenizes streams with its own (a fast tokenizer must not be shared between threads:
+call. Pipes, process and reader thread are the engine client's (client.py): one engine core here,
+or a later stage's several, behind the same ``send`` and ``_on_message``. Prompts are encoded and
+stop strings checked in the engine core, with its tokenizer; the server detokenizes streams with
+its own (a fast tokenizer must not be shared between threads:
 "RuntimeError: Already borrowed").
 """
 from __future__ import annotations
 
 import asyncio
-import atexit
 import itertools
-import multiprocessing
-import threading
 from pathlib import Path
 
 from l1_dense.checkpoint import load_tokenizer
 from l4_sampler.params import SamplingParams
 from plumbing.errors import UserError
 
-from .engine_core import run_engine_core
+from .client import engine_client
 from .metrics import Metrics
 from .submission import Submission
-
-
-def _stop_at_exit(proc) -> None:
-    """At the server's exit, whatever ended it: the engine core goes too (a bounded wait, then a kill)."""
-    if proc.is_alive():
-        proc.terminate()
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(1)
 
 
 class QueueFull(Exception):
@@ -55,24 +44,10 @@ class AsyncLLM:
     def __init__(self, model: str | None, llm_kwargs: dict, max_pending: int = 1024, served_name: str | None = None):
         """Start the engine core and wait until its model is loaded (a UserError if it cannot be).
         ``served_name``: the model's name in the API and in /metrics' ``model_name`` label."""
-        ctx = multiprocessing.get_context("spawn")        # CUDA cannot be forked: a fresh interpreter
-        to_core_r, to_core_w = ctx.Pipe(duplex=False)
-        from_core_r, from_core_w = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=run_engine_core, args=(model, llm_kwargs, to_core_r, from_core_w),
-                                name="engine-core", daemon=False)   # its parts may start processes of their own,
-        self.proc.start()                                 # which Python forbids a daemonic process
-        atexit.register(_stop_at_exit, self.proc)         # so stopped here at exit (before multiprocessing joins it)
-        to_core_r.close()                                 # the child's ends: with ours closed, each side
-        from_core_w.close()                               # sees EOF when the other exits
-        self._to_core, self._from_core = to_core_w, from_core_r
-        try:
-            kind, info = self._from_core.recv()
-        except EOFError:
-            raise UserError(f"the engine core exited while loading (exit code {self.proc.exitcode}): see above") from None
-        if kind == "failed":
-            self.proc.join()
-            raise UserError(info)
-        self.info, self.snapshot, self.max_pending = info, info["snapshot"], max_pending
+        self.client = engine_client(model, llm_kwargs)    # one engine core, or a later stage's several
+        info = self.client.info
+        self.proc = self.client.procs[0]
+        self.info, self.snapshots, self.max_pending = info, info["snapshots"], max_pending
         self.front_tokenizer = load_tokenizer(Path(info["tokenizer_path"]))
         self.pending = 0                                  # sequences (prompts x n) submitted, not yet finished
         self.subs: dict[int, Submission] = {}
@@ -81,18 +56,20 @@ class AsyncLLM:
         self.on_dead = None                               # called (on the event loop) once the core is gone
         self.stopping = False
         self.metrics = Metrics(served_name or model or "tiny-qwen3", info["max_model_len"],
-                               lambda: (self.snapshot, self.pending))
+                               lambda: (self.snapshots, self.pending))
+
+    @property
+    def snapshot(self) -> dict:
+        """Engine core 0's latest snapshot (``snapshots``: every core's, by engine index)."""
+        return self.snapshots[0]
 
     # ---- event loop side --------------------------------------------------------------------
     def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read, name="engine-core-reader", daemon=True).start()
+        self.client.start(asyncio.get_running_loop(), self._on_message)
 
     def send(self, msg) -> None:
-        try:
-            self._to_core.send(msg)
-        except (BrokenPipeError, OSError):                # the core is gone: the reader reports it
-            pass
+        """An "add", "abort" or "stop" for the engine core(s): the client knows which core takes it."""
+        self.client.send(msg)
 
     def submit(self, prompts: list, params: SamplingParams, request_id: str) -> Submission:
         """Hand prompts to the engine core (``max_tokens=None``: the room each prompt leaves, the
@@ -127,26 +104,10 @@ class AsyncLLM:
             self.stopping = True
             self.send(("stop",))
         if wait:
-            self.proc.join(timeout=30)
-            if self.proc.is_alive():
-                self.proc.kill()
+            self.client.join(timeout=30)
 
-    # ---- reader thread ----------------------------------------------------------------------
-    def _read(self) -> None:
-        while True:
-            try:
-                msg = self._from_core.recv()
-            except (EOFError, OSError):
-                self.proc.join(timeout=1)                 # reaped: its exit code is known
-                msg = ("exited", f"the engine core exited (exit code {self.proc.exitcode})")
-            try:
-                self._loop.call_soon_threadsafe(self._on_message, msg)
-            except RuntimeError:                          # the event loop is closed: the server is gone
-                return
-            if msg[0] in ("dead", "exited"):
-                return
-
-    def _on_message(self, msg) -> None:
+    # ---- from the engine core(s), on the event loop (the client's reader threads hand it over) ----
+    def _on_message(self, msg, engine: int = 0) -> None:
         if msg[0] in ("dead", "exited"):                 # raised, or gone (killed, crashed, or stopped)
             if msg[0] == "exited" and self.stopping:      # a stop we asked for: nothing failed
                 return
@@ -156,7 +117,7 @@ class AsyncLLM:
             if self.on_dead is not None:
                 self.on_dead(msg[1])
             return
-        (keys, idx, toks), batch, self.snapshot = msg
+        (keys, idx, toks), batch, self.snapshots[engine] = msg
         subs = self.subs
         for key, i, tok in zip(keys, idx, toks):                # the common case: one token, one choice
             sub = subs.get(key)

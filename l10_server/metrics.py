@@ -12,8 +12,13 @@ Two sources, as in vLLM:
   end-to-end latency, and the queue time the engine core measured (arrival to first scheduled).
   These are histograms with vLLM's buckets.
 
-Every series has vLLM's labels ``model_name`` and ``engine``, so a dashboard built for vLLM (its
-Grafana JSON queries ``vllm:...{model_name="$model_name"}``) reads this server unchanged. The
+Every series has vLLM's labels ``model_name`` and ``engine``: each engine core's series carry its
+index (``engine="0"``, ``"1"``, ... when a later stage runs several: sum over ``engine`` for the
+server's total, as with vLLM's data parallelism); the per-request histograms and
+``tll:num_requests_pending``, measured in the server over every core, carry ``engine="0"``.
+
+A dashboard built for vLLM (its Grafana JSON queries ``vllm:...{model_name="$model_name"}``) reads
+this server unchanged. The
 engine core's own timing counters keep the ``tll:`` prefix: vLLM has no such series.
 """
 from __future__ import annotations
@@ -81,15 +86,17 @@ OWN_SERIES = (
 class EngineCollector:
     """The engine core's latest snapshot as metric families, read at scrape time."""
 
-    def __init__(self, source, label_values: tuple[str, str]):
-        self.source, self.label_values = source, label_values     # source() -> (snapshot, pending)
+    def __init__(self, source, model_name: str):
+        self.source, self.model_name = source, model_name     # source() -> (snapshots, pending)
 
     def collect(self):
-        snap, pending = self.source()
+        snaps, pending = self.source()
         for name, kind, doc, read in ENGINE_SERIES + OWN_SERIES:
             family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(name, doc, labels=LABELS)
-            value = pending if read is None else read(snap) if callable(read) else snap[read]
-            family.add_metric(self.label_values, value)
+            if read is None:                         # the server's own count: one series
+                family.add_metric((self.model_name, "0"), pending)
+            for engine, snap in enumerate(snaps if read is not None else ()):
+                family.add_metric((self.model_name, str(engine)), read(snap) if callable(read) else snap[read])
             yield family
 
 
@@ -101,7 +108,7 @@ class Metrics:
         disable_created_metrics()          # no "_created" twin beside each counter and histogram
         self.registry = CollectorRegistry()
         lv = (model_name, "0")
-        self.registry.register(EngineCollector(source, lv))
+        self.registry.register(EngineCollector(source, model_name))
 
         def hist(name, doc, buckets):
             return Histogram(name, doc, LABELS, buckets=buckets, registry=self.registry).labels(*lv)

@@ -11,16 +11,24 @@ Two channels, for two kinds of waiting:
                                               never a hang, when rank 0 is gone
 
 A step's inputs are the forward pass's arguments as the runner made them: the input ids and the
-metadata (positions, slots, block tables, the host ints the kernels choose by). ``pack`` writes them
-as one message: a pickle of the metadata in which every tensor is a reference into a byte blob
-that follows it, so the tensors cost one ``tobytes`` each and no per-tensor pickling.
+metadata (positions, slots, block tables, the host ints the kernels choose by). They travel in two
+parts, each by the channel that suits it:
+
+    structure   ``pack``: a pickle of the arguments in which      the pipe (host bytes)
+                each tensor is a place in one flat buffer
+    tensors     ``flatten``: their bytes in that buffer, on the   a broadcast from rank 0 (device to
+                device, copied there in stream order              device: no host copy, no sync)
+
+So rank 0's host never waits for the GPU to send a step (the ids async scheduling fills in on the
+device go as they are), and inside a CUDA graph the copies and the broadcast are captured with the
+forward pass: a replay sends the step's inputs by itself (graphs.py).
 """
 from __future__ import annotations
 
 import datetime
 import io
 import pickle
-import struct
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -29,14 +37,23 @@ import torch.distributed as dist
 class Comm:
     """One rank's side of the collectives."""
 
-    def __init__(self, pg, rank: int, size: int):
-        self.pg, self.rank, self.size = pg, rank, size
+    def __init__(self, pg, rank: int, size: int, peer=None):
+        self.pg, self.rank, self.size, self.peer = pg, rank, size, peer       # peer: PeerAllReduce, or None
         self._gather = dist.GatherOptions()
         self._gather.rootRank = 0
+        self._root = dist.BroadcastOptions()
+        self._root.rootRank, self._root.rootTensor = 0, 0
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        """Sum over the ranks, in place; returns t."""
+        """Sum over the ranks, in place; returns t. Ours (allreduce.py) where it takes t, else the group's."""
+        if self.peer is not None and self.peer.eligible(t):
+            return self.peer.all_reduce(t)
         self.pg.allreduce([t]).wait()
+        return t
+
+    def broadcast(self, t: torch.Tensor) -> torch.Tensor:
+        """Rank 0's t into every rank's t (in place); returns t."""
+        self.pg.broadcast([t], self._root).wait()
         return t
 
     def gather(self, t: torch.Tensor) -> torch.Tensor | None:
@@ -50,6 +67,35 @@ class Comm:
         return torch.cat(out, dim=-1)
 
 
+@dataclass
+class Sent:
+    """What sending the steps cost rank 0: CPU time (pack, pipe writes, the broadcast's launch), wall
+    time (with any wait for a core: a woken worker may take this one's), bytes by pipe and broadcast."""
+    steps: int = 0
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    bytes: int = 0
+    device_bytes: int = 0
+
+    def add(self, cpu_s: float, wall_s: float, n: int, device_n: int) -> None:
+        self.steps, self.bytes, self.device_bytes = self.steps + 1, self.bytes + n, self.device_bytes + device_n
+        self.cpu_s, self.wall_s = self.cpu_s + cpu_s, self.wall_s + wall_s
+
+    def __str__(self):
+        per = self.steps or 1
+        return (f"{self.steps} steps sent: {self.cpu_s / per * 1e6:.0f} us of CPU ({self.wall_s / per * 1e6:.0f} us "
+                f"wall), {self.bytes / per:.0f} bytes by pipe and {self.device_bytes / per:.0f} by broadcast a step")
+
+
+def peer_all_reduce(spec, store, rank: int, size: int):
+    """Our all-reduce for this rank (NCCL's groups only, unless disabled), built as every rank builds
+    its own: each opens the others' buffers through the store. None: the group's all-reduce only."""
+    if spec.backend != "nccl" or not spec.custom_all_reduce:
+        return None
+    from .allreduce import PeerAllReduce, store_exchange
+    return PeerAllReduce(rank, size, store_exchange(store, rank, size))
+
+
 def process_group(backend: str, store, rank: int, size: int, timeout_s: float):
     """A process group of its own (not torch's global default: several engines may live in one process)."""
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -60,54 +106,67 @@ def process_group(backend: str, store, rank: int, size: int, timeout_s: float):
     return dist.ProcessGroupNCCL(store, rank, size, opts)
 
 
+ALIGN = 16                    # bytes: each tensor of a step starts on a 16-byte boundary of the flat buffer
+
+
+def _up(o: int) -> int:
+    return -(-o // ALIGN) * ALIGN
+
+
 class _Packer(pickle.Pickler):
-    def __init__(self, f, blobs: list):
+    """A pickle in which each tensor is its place in one flat byte buffer: (offset, dtype, shape)."""
+
+    def __init__(self, f):
         super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
-        self.blobs, self.seen = blobs, {}
+        self.tensors, self.seen, self.nbytes = [], {}, 0
 
     def persistent_id(self, obj):
         if not isinstance(obj, torch.Tensor):
             return None
         key = id(obj)
         if key not in self.seen:
-            raw = obj                                # a CPU tensor's numpy view: no copy until the join
-            if raw.device.type != "cpu" or not raw.is_contiguous() or raw.dtype == torch.bfloat16:
-                raw = raw.detach().cpu().contiguous().view(-1).view(torch.uint8)
-            a = raw.numpy()
-            self.blobs.append(a.data)
-            self.seen[key] = (len(self.blobs) - 1, str(obj.dtype)[6:], tuple(obj.shape), a.nbytes)
+            self.seen[key] = (self.nbytes, str(obj.dtype)[6:], tuple(obj.shape))
+            self.tensors.append(obj)
+            self.nbytes = _up(self.nbytes + obj.numel() * obj.element_size())
         return self.seen[key]
 
 
-def pack(*objs) -> bytes:
-    """One step's forward arguments (any picklable objects holding tensors) as one message:
-    [pickle length][pickle][tensor bytes ...]."""
-    blobs: list[bytes] = []
+def pack(*objs) -> tuple[bytes, list, int]:
+    """One step's forward arguments (any picklable objects holding tensors) as their structure, a
+    pickle a few hundred bytes long in which each tensor is a place in one flat byte buffer; the
+    tensors, in that order; and the buffer's size."""
     f = io.BytesIO()
-    _Packer(f, blobs).dump(objs)
-    head = f.getvalue()
-    return b"".join([struct.pack("<q", len(head)), head, *blobs])
+    p = _Packer(f)
+    p.dump(objs)
+    return f.getvalue(), p.tensors, p.nbytes
+
+
+def flatten(tensors: list, nbytes: int, device) -> torch.Tensor:
+    """The tensors' bytes at their places in one buffer, on ``device``: one copy launch each, no sync."""
+    flat = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    o = 0
+    for t in tensors:
+        n = t.numel() * t.element_size()
+        if n:
+            flat[o:o + n].copy_(t.reshape(-1).view(torch.uint8), non_blocking=True)
+        o = _up(o + n)
+    return flat
 
 
 class _Unpacker(pickle.Unpickler):
-    """Tensors are read back in the order they were first written: each takes the next blob."""
-
-    def __init__(self, f, buf: bytearray, offset: int, device):
+    def __init__(self, f, flat: torch.Tensor):
         super().__init__(f)
-        self.buf, self.next, self.device, self.tensors = buf, offset, device, {}
+        self.flat = flat
 
     def persistent_load(self, pid):
-        i, dtype, shape, nbytes = pid
-        if i not in self.tensors:
-            raw = torch.frombuffer(self.buf, dtype=torch.uint8, count=nbytes, offset=self.next) if nbytes \
-                else torch.empty(0, dtype=torch.uint8)
-            self.next += nbytes
-            self.tensors[i] = raw.view(getattr(torch, dtype)).view(shape).to(self.device)
-        return self.tensors[i]
+        o, dtype, shape = pid
+        dtype = getattr(torch, dtype)
+        n = dtype.itemsize
+        for d in shape:
+            n *= d
+        return self.flat[o:o + n].view(dtype).view(shape)
 
 
-def unpack(msg, device) -> tuple:
-    """``pack``'s message -> the objects packed, their tensors on ``device`` (views of the message on a CPU)."""
-    buf = bytearray(msg)
-    (n,) = struct.unpack_from("<q", buf, 0)
-    return _Unpacker(io.BytesIO(bytes(buf[8:8 + n])), buf, 8 + n, device).load()
+def unpack(head: bytes, flat: torch.Tensor) -> tuple:
+    """``pack``'s structure with its tensors as views of ``flat`` (the buffer ``flatten`` made, sent)."""
+    return _Unpacker(io.BytesIO(head), flat).load()

@@ -7,7 +7,8 @@ cache for its heads, and do nothing but forward passes:
     rank 0                                             rank r (worker.py)
     runner.execute(out) -> model(ids, cache, meta)     waits on its pipe
       ShardedModel (model.py): step(ids, meta)
-      pack(ids, meta) -> each worker's pipe  ------->  unpack -> model(ids, its cache, meta)
+      pack(ids, meta): structure -> each pipe  ------>  reads it
+      flatten(tensors) ---------- broadcast ---------> unpack -> model(ids, its cache, meta)
       forward, shard 0     <--- all-reduces --->       forward, shard r
       lm_head: gather  <-----------------------------  its vocabulary's logits
     logits [S, V] -> sampler, stop checks
@@ -37,7 +38,7 @@ import torch.distributed as dist
 
 from plumbing.errors import UserError
 
-from .comm import Comm, pack, process_group
+from .comm import Comm, Sent, flatten, pack, peer_all_reduce, process_group
 
 START_TIMEOUT_S = 600.0       # a worker loads its shard and builds its cache within this
 DEATH_WAIT_S = 5.0            # after a collective fails: how long a dying worker gets to be seen dead
@@ -60,6 +61,7 @@ class WorkerSpec:
     stages: tuple                   # the stage packages whose parts it builds (this one's excluded)
     backend: str
     timeout_s: float
+    custom_all_reduce: bool = True  # our all-reduce for small messages (comm.py), NCCL's otherwise
 
 
 PRELOAD = ["plumbing.runtime", "l12_tensor_parallel.stage", "l12_tensor_parallel.worker"]
@@ -80,8 +82,11 @@ def _how(p) -> str:
     return "is running" if code is None else f"was killed by signal {-code}" if code < 0 else f"exited ({code})"
 
 
-def _shutdown(procs, conns) -> None:
-    """Stop every worker: a stop message, a bounded wait, then terminate and kill. Never hangs."""
+def _shutdown(procs, conns, held) -> None:
+    """Stop every worker: a stop message, a bounded wait, then terminate and kill. Never hangs. Then
+    this rank's CUDA graphs are destroyed and its NCCL communicators aborted, in that order: a live
+    graph that captured a collective holds its communicator, and an abort waits for it (the probe's
+    hang in destroy_process_group; a minute per engine, then NCCL gives up)."""
     for c in conns:
         try:
             c.send_bytes(b"")
@@ -97,25 +102,19 @@ def _shutdown(procs, conns) -> None:
                 p.join(1.0)
     for c in conns:
         c.close()
-
-
-@dataclass
-class Sent:
-    """What sending the steps cost rank 0: CPU time (pack + the pipe writes), wall time (with any
-    wait for a core: a woken worker may take this one's), bytes."""
-    steps: int = 0
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-    bytes: int = 0
-
-    def add(self, cpu_s: float, wall_s: float, n: int) -> None:
-        self.steps, self.bytes = self.steps + 1, self.bytes + n
-        self.cpu_s, self.wall_s = self.cpu_s + cpu_s, self.wall_s + wall_s
-
-    def __str__(self):
-        per = self.steps or 1
-        return (f"{self.steps} steps sent: {self.cpu_s / per * 1e6:.0f} us of CPU ({self.wall_s / per * 1e6:.0f} us "
-                f"wall) and {self.bytes / per:.0f} bytes a step")
+    for graphs in held["graphs"]:                   # {key: (CUDAGraph, its static outputs...)}
+        for entry in graphs.values():
+            entry[0].reset()
+        graphs.clear()                               # (a later step finds no graph: eager, and told it is closed)
+    if held["peer"] is not None:                     # our all-reduce's buffers: the workers are gone
+        held["peer"].close()
+    pg, held["pg"] = held["pg"], None
+    abort = getattr(pg, "abort", None)               # NCCL: drop the communicators now, without waiting on peers
+    if abort is not None and held["backend"] == "nccl":
+        try:
+            abort()
+        except Exception:                            # noqa: BLE001  (already torn down)
+            pass
 
 
 class TensorParallel:
@@ -129,6 +128,7 @@ class TensorParallel:
         self.spec, self.tp = spec, tp
         self.closed, self.failed = False, None
         self.sent = Sent()                           # what sending the steps cost this host (for people)
+        self.captured = 0                            # forward passes captured in CUDA graphs (graphs.py)
         store = dist.TCPStore("127.0.0.1", 0, tp, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=START_TIMEOUT_S))
         ctx = context(spec.device)
@@ -142,14 +142,17 @@ class TensorParallel:
             theirs.close()
             self.procs.append(p)
             self.conns.append(mine)
-        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns)
+        self._held = dict(graphs=[], peer=None, pg=None, backend=spec.backend)   # released by _shutdown, in order
+        self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, self._held)
         try:
             self._wait_ready()
             self.pg = process_group(spec.backend, store, 0, tp, spec.timeout_s)
+            self._held["pg"] = self.pg
+            self._held["peer"] = peer = peer_all_reduce(spec, store, 0, tp)      # as each worker builds its own
         except BaseException:                        # (the started ones wait for rank 0 in the group's set-up)
             self.stop_now()
             raise
-        self.store, self.comm = store, Comm(self.pg, 0, tp)
+        self.store, self.comm = store, Comm(self.pg, 0, tp, peer)
 
     def _wait_ready(self) -> None:
         """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""
@@ -190,22 +193,40 @@ class TensorParallel:
     # ---- each step --------------------------------------------------------------------------------
     @contextmanager
     def step(self, input_ids, meta, default_ops: bool):
-        """Around rank 0's forward pass: its inputs sent to every worker first; an error inside it
-        (a worker's, or this rank's own) raised as ``failure`` says."""
-        if self.closed:
-            raise RankFailed(self.failed or "the tensor-parallel ranks were shut down (close()): build a new engine.")
+        """Around rank 0's forward pass: its inputs sent to every worker first (the structure by the
+        pipes, the tensors by a broadcast: comm.py); an error inside it (a worker's, or this rank's
+        own) raised as ``failure`` says. Inside a CUDA graph's capture the workers capture theirs."""
+        self._check_open()
         try:
             t0, c0 = time.perf_counter(), time.thread_time()
-            msg = pack(input_ids, meta, default_ops)
+            head, tensors, nbytes = pack(input_ids, meta, default_ops)
+            capturing = input_ids.is_cuda and torch.cuda.is_current_stream_capturing()
+            self.captured += capturing
+            msg = pickle.dumps(("forward", capturing, nbytes, head), protocol=pickle.HIGHEST_PROTOCOL)
             for c in self.conns:
                 c.send_bytes(msg)
-            self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg))
+            self.comm.broadcast(flatten(tensors, nbytes, input_ids.device))
+            self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg), nbytes)
             yield
         except Exception as e:
             err = self.failure(e)
             if err is e:
                 raise
             raise err from None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RankFailed(self.failed or "the tensor-parallel ranks were shut down (close()): build a new engine.")
+
+    def replay(self, index: int) -> None:
+        """Before rank 0 replays the CUDA graph of its ``index``-th capture: each worker replays its own
+        (the graph broadcasts the step's inputs and runs the forward pass on every rank)."""
+        self._check_open()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        msg = pickle.dumps(("replay", index))
+        for c in self.conns:
+            c.send_bytes(msg)
+        self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg), 0)
 
     def failure(self, e: Exception) -> Exception:
         """The error to raise for ``e``: a ``RankFailed`` naming the rank when a worker died, hung or
@@ -260,10 +281,9 @@ class TensorParallel:
         if not self.closed:
             self.closed = True
             self._finalizer()
-            abort = getattr(self.pg, "abort", None)  # NCCL: drop the communicators now, without waiting on peers
-            if abort is not None and self.spec.backend == "nccl":
-                try:
-                    abort()
-                except Exception:                    # noqa: BLE001  (already torn down)
-                    pass
             self.pg = None
+
+    def hold_graphs(self, graphs: dict) -> None:
+        """CUDA graphs that captured this group's collectives ({key: (graph, ...)}): destroyed before
+        the communicators are aborted, at close() or exit."""
+        self._held["graphs"].append(graphs)

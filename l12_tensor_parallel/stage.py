@@ -1,13 +1,19 @@
-"""Stage 12's contribution to the assembler: two options and two parts.
+"""Stage 12's contribution to the assembler: five options and three parts.
 
     slot    part                                                   options it reads
     model   ShardedModel (model.py): rank 0's shard, read from     tensor_parallel_size,
-            the checkpoint's slices (shard.py), with its           distributed_backend, model
-            collectives (layers.py), and ranks 1..tp-1 started as
+            the checkpoint's slices (shard.py), with its           distributed_backend, model,
+            collectives (layers.py; all-reduces: allreduce.py)     disable_custom_all_reduce
+            and ranks 1..tp-1 started as
             worker processes, each reading its own (group.py,
             worker.py); every rank's pool the smallest any holds
-    runner  on GPUs at tp > 1, the eager runner (no CUDA graphs    tensor_parallel_size,
-            across ranks yet); elsewhere stage 7's choice          enforce_eager
+    runner  on GPUs at tp > 1, stage 7's CUDA graphs captured on   tensor_parallel_size,
+            every rank, each replay announced to the workers       enforce_eager,
+            (graphs.py); elsewhere stage 7's choice                prefill_graphs
+    engine_client  the server's (l10_server/client.py): at         data_parallel_size,
+            dp > 1, DataParallel (replicas.py): dp engine cores,   data_parallel_routing
+            each a whole engine (and a TP group at tp > 1),
+            requests routed to the least loaded (router.py)
 
 The model is the first part the assembler asks for, so everything made after it is made for the
 shard: the sizes, the KV cache (this rank's KV heads), fused ops (its projections merged), the
@@ -15,7 +21,11 @@ runner (whose every forward pass is ShardedModel's: the inputs go to the workers
 ``tensor_parallel_size=1`` (the default) the maker returns None: the engine is stage 11's, part for
 part. With more, every other part is the earlier stages' too (scheduler, KV manager, runner,
 sampler, step order), built once, in this process: only the model is split (and, on GPUs, the
-runner is the eager one).
+runner's graphs are captured on every rank).
+
+Data parallelism is the server's: ``LLM(data_parallel_size=2)`` is refused in one line that names
+``python -m l10_server --data-parallel-size 2``, whose engine client starts the replicas, each an
+engine core that builds this same engine with ``data_parallel_size`` left out.
 """
 from __future__ import annotations
 
@@ -28,9 +38,11 @@ from l1_dense.config import ModelConfig
 from l5_scheduler.assemble import Checkpoint, Stage, engine_config
 from l5_scheduler.llm import entry_points
 from l11_spec_decode.stage import STAGES as BEFORE
+from l7_fast.graphs import GraphRunner
 from l7_fast.warmup import warm_up
 from plumbing.errors import UserError
 
+from .graphs import GraphsAcrossRanks
 from .group import TensorParallel, WorkerSpec
 from .layers import install
 from .model import ShardedModel
@@ -55,6 +67,7 @@ def backend_for(asked: str, device: str, tp: int) -> str:
 
 def model(a):
     """ShardedModel: the other ranks started, each loading its shard; this rank's shard, joined to them."""
+    refuse_data_parallel(a.args)
     tp = a.args.tensor_parallel_size
     if tp == 1:
         return None
@@ -71,7 +84,11 @@ def model(a):
     mine = {o.name for o in OPTIONS}
     spec = WorkerSpec(str(path), device, dtype, a.given_config, {k: v for k, v in a.args.given.items()
                                                                   if k not in mine},
-                      a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S)
+                      a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S,
+                      custom_all_reduce=not a.args.disable_custom_all_reduce)
+    if a.args.given.get("disable_custom_all_reduce") is not None and backend != "nccl":
+        print(f"l12_tensor_parallel: disable_custom_all_reduce is ignored: {backend} has only its own all-reduce "
+              "(ours runs between GPUs, over NCCL's group)", file=sys.stderr)
     if isinstance(given, Checkpoint):                # LLM's: this rank reads its slices only, as every rank does
         shard = load_shard(path, device, dtype, 0, tp)
     else:                                            # a model loaded whole (build_engine's caller): sliced in place
@@ -88,19 +105,41 @@ def model(a):
 
 
 def runner(a):
-    """On GPUs at tp > 1: the eager runner, warmed up. A CUDA graph replay on rank 0 does not call the
-    model, so the workers would never hear of the step: graphs across ranks are not built yet, and
-    the engine says so in one line unless enforce_eager was asked for."""
+    """On GPUs at tp > 1: stage 7's choice (its CUDA graphs after the warm-up, or the eager runner
+    with enforce_eager), each graph captured on every rank and each replay announced to the workers
+    (graphs.py). Speculation's verify steps then run eagerly, and the engine says so in one line."""
     if a.args.tensor_parallel_size == 1 or a.device.type != "cuda":
         return None
     r = a.part("eager_runner")
-    r.warmup_report = warm_up(r, progress=True)                # nothing compiles after start-up
+    r.warmup_report = warm_up(r, progress=True)                # nothing compiles after start-up (every rank)
     print(r.warmup_report.line(), file=sys.stderr)
-    if not a.args.enforce_eager:
-        print(f"l12_tensor_parallel: tensor_parallel_size {a.args.tensor_parallel_size} runs every step eagerly: CUDA "
-              "graphs are not captured across ranks yet (enforce_eager and prefill_graphs are ignored)", file=sys.stderr)
-    return r
+    if a.args.enforce_eager or a.args.impl != "triton":        # the torch reference cannot be captured
+        return r
+    if a.args.speculative_config is not None:
+        print(f"l12_tensor_parallel: tensor_parallel_size {a.args.tensor_parallel_size} runs speculation's verify "
+              "steps eagerly: its verify graphs are not captured across ranks yet", file=sys.stderr)
+    return GraphsAcrossRanks(a.model.tensor_parallel, lambda: GraphRunner(r, prefill=a.args.prefill_graphs))
 
 
-STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner)),)
+def refuse_data_parallel(args) -> None:
+    """One engine (LLM, build_engine) has no replicas: the server runs them."""
+    dp = args.data_parallel_size
+    if dp > 1 or "data_parallel_routing" in args.given:
+        raise UserError(f"data_parallel_size {dp}: LLM(...) runs one engine; replicas run behind the server, one "
+                        f"engine core each: python -m l10_server --data-parallel-size {max(dp, 2)}.")
+
+
+def engine_client(a):
+    """DataParallel: at data_parallel_size > 1, that many engine cores (replicas.py), loaded at once,
+    behind one router; at 1, None (stage 10's one engine core), and a routing asked for is refused."""
+    if a.args.data_parallel_size == 1:
+        if "data_parallel_routing" in a.args.given:
+            raise UserError("data_parallel_routing chooses among replicas and data_parallel_size is 1: give "
+                            "--data-parallel-size 2 (or more) with it, or leave it out.")
+        return None
+    from .replicas import start
+    return start(a.args)
+
+
+STAGES = BEFORE + (Stage(NAME, OPTIONS, dict(model=model, runner=runner, engine_client=engine_client)),)
 LLM, build_engine = entry_points(STAGES)

@@ -7,8 +7,10 @@ runs the forward passes rank 0 sends it, nothing else (group.py draws the two si
             with those sizes, join the process group, install the collectives; then read the
             sizes every rank agreed on (rank 0's choice: the smallest pool, stage.py) and build
             the KV cache and ops with the same assembler parts as rank 0, for that pool
-    loop    read a step from the pipe -> the forward pass (its all-reduces and gather meet rank
-            0's); an empty message: stop; EOF (rank 0 is gone): stop
+    loop    read a step's structure from the pipe, its tensors from rank 0's broadcast -> the
+            forward pass (its all-reduces and gather meet rank 0's); captured as a CUDA graph when
+            rank 0 captures its pass; "replay i": the graph of the i-th capture, as rank 0 replays
+            its own (graphs.py); an empty message: stop; EOF (rank 0 is gone): stop
     error   send the error's first line to rank 0, exit 1 (rank 0 names it in its one line)
 """
 from __future__ import annotations
@@ -54,7 +56,7 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
 
         from l5_scheduler.assemble import Assembly
 
-        from .comm import Comm, process_group
+        from .comm import Comm, peer_all_reduce, process_group
         from .layers import install
         if spec.device.startswith("cuda"):
             torch.cuda.set_device(rank)              # before NCCL: its communicator is on this GPU
@@ -63,7 +65,8 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
                               timeout=datetime.timedelta(seconds=spec.timeout_s))
         conn.send(("ready", a.config))               # the pool this GPU could hold
         pg = process_group(spec.backend, store, rank, tp, spec.timeout_s)
-        install(model, Comm(pg, rank, tp))
+        comm = Comm(pg, rank, tp, peer_all_reduce(spec, store, rank, tp))
+        install(model, comm)
         msg = conn.recv_bytes()                      # every rank's pool the same size: the block tables are shared
         if not msg:
             os._exit(0)                              # close() before the engine was built
@@ -72,12 +75,17 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
         cache, ops = a.pool(), a.part("ops")
     except BaseException as e:                       # noqa: BLE001  (told to rank 0, which raises it)
         _tell(conn, e)
-    serve(conn, model, cache, ops, device_of(spec, rank))
+    serve(conn, model, cache, ops, comm, device_of(spec, rank))
     os._exit(0)                                      # no teardown of the group: NCCL's can wait on a peer gone
 
 
-def serve(conn, model, cache, ops, device) -> None:
+def serve(conn, model, cache, ops, comm, device) -> None:
+    """Rank 0's forward passes, one message each: run it (and capture it, when rank 0 does, as the
+    next CUDA graph), or replay the graph of rank 0's ``index``-th capture."""
+    import torch
+
     from .comm import unpack
+    graphs, pool = [], None
     while True:
         try:
             msg = conn.recv_bytes()
@@ -86,13 +94,34 @@ def serve(conn, model, cache, ops, device) -> None:
         if not msg:
             return                                   # close(): a clean stop
         try:
-            input_ids, meta, default_ops = unpack(msg, device)
-            model(input_ids, cache, meta, ops=None if default_ops else ops)
+            kind, *rest = pickle.loads(msg)
+            if kind == "replay":
+                graphs[rest[0]].replay()
+                continue
+            capturing, nbytes, head = rest
+
+            def forward():
+                flat = comm.broadcast(torch.empty(nbytes, dtype=torch.uint8, device=device))
+                input_ids, meta, default_ops = unpack(head, flat)
+                model(input_ids, cache, meta, ops=None if default_ops else ops)
+            if not capturing:
+                forward()
+                continue
+            graph = torch.cuda.CUDAGraph()           # rank 0 captures this pass: so does every rank
+            with torch.cuda.graph(graph, pool=pool):
+                forward()
+            graphs.append(graph)
+            pool = graphs[0].pool()                  # one memory pool, as rank 0's graphs share one
         except BaseException as e:                   # noqa: BLE001
             _tell(conn, e)
 
 
 def _tell(conn, e: BaseException) -> None:
+    """The error's line to rank 0, which raises it; its traceback to this rank's stderr, for whoever debugs."""
+    import sys
+    import traceback
+    print(f"tensor-parallel worker (pid {os.getpid()}) failed:\n{''.join(traceback.format_exception(e))}",
+          file=sys.stderr, flush=True)
     try:
         conn.send(("error", _line(e)))
     except (OSError, ValueError):

@@ -14,6 +14,11 @@ Each stage from 5 on declares, in its ``stage.py``, one ``Stage``: the options i
     scheduler    who runs, how many tokens         Scheduler (given the kv_manager)
     step         the order of one step's work      PlainStep
 
+One slot lives outside the engine, in a server's process, and is asked for by that server with a
+``default`` maker of its own (``part(slot, default)``): the stages here make none.
+
+    engine_client  a server's handle on its engine core process(es)
+
 ``build_engine`` builds a part when something asks for it (``Assembly.part``): of the stages
 given, the latest that has a maker for the slot is asked first; a maker returns None when the
 configuration is not its case (a cache for another kind of checkpoint), and the stage
@@ -108,7 +113,9 @@ class Assembly:
     def config(self, value: EngineConfig) -> None:
         self._config = value
 
-    def part(self, slot: str):
+    def part(self, slot: str, default: Callable | None = None):
+        """The slot's part: made by the latest stage whose maker makes one, else by ``default(self)``
+        (the maker of a caller outside the stages, for a slot no stage must fill)."""
         if slot not in self.parts:
             for stage in reversed(self.stages):
                 maker = stage.parts.get(slot)
@@ -116,6 +123,9 @@ class Assembly:
                     self.parts[slot], self.chosen[slot] = made, stage.name
                     break
             else:
+                if default is not None:
+                    self.parts[slot], self.chosen[slot] = default(self), "default"
+                    return self.parts[slot]
                 raise RuntimeError(f"no stage of {[s.name for s in self.stages]} makes a {slot!r} part (a bug)")
         return self.parts[slot]
 
