@@ -40,11 +40,16 @@ Where a row's bits depend on the batch today (file:line at main 84921d7), and th
   not handled yet: tensor parallelism (ParallelLMHead's F.linear, NCCL all-reduce order), the e4m3 and
   windowed caches' kernels, CUDA graphs of the split launch's partials (sized from max_model_len).
 
-Parts (ops.py, cache.py) are written for the assembler; no stage.py registers them yet.
+Parts (ops.py, cache.py), chosen by the assembler when ``batch_invariant=True`` (stage.py):
+
+    from l13_batch_invariant import LLM, SamplingParams
+    llm = LLM(None, batch_invariant=True, impl="triton")
 """
 from plumbing.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(__name__, {
+    'l4_sampler.params': ('SamplingParams',),
+    '.stage': ('LLM', 'build_engine', 'STAGES'),
     '.matmul': ('matmul',),
     '.attention': ('paged_attention_invariant',),
 })
