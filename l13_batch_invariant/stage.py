@@ -32,7 +32,9 @@ IGNORED = ("fused_ops", "gemv", "norm_prologue", "pdl")      # stage 7's choices
 
 
 def refuse(a) -> None:
-    """One line for each configuration this mode's parts do not cover."""
+    """One line for each configuration this mode's parts do not cover. The KV cache is the first part
+    the assembler asks for (the pool), so these come before any weight loads or any rank starts; the
+    windows, last, need the model."""
     x = a.args
     if x.tensor_parallel_size > 1:
         raise UserError(f"batch_invariant runs on one GPU: tensor_parallel_size {x.tensor_parallel_size} adds partial "
