@@ -40,3 +40,18 @@ def test_l13_a_requests_logits_alone_equal_its_logits_in_a_batch_with_chunks(tin
     assert len(alone.logits) == len(batched.logits) == 4
     same = all(torch.equal(a[0], b[0]) for a, b in zip(alone.logits, batched.logits))
     assert same == invariant
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize("invariant", [True, False], ids=["batch_invariant", "stage-12-parts"])
+def test_l13_scenarios_on_the_cpu(invariant):
+    """tests/l13_scenarios.py's pairs through the interpreter, float32, tiny Qwen3: with the option none
+    differs; without it the batch, preemption and speculation pairs do (OpenBLAS and the split count
+    pick by the batch even in float32), so the scenarios can tell the two apart."""
+    import l13_scenarios as sc
+    from l13_batch_invariant import LLM
+    r = sc.Runner(lambda **o: LLM("tiny-qwen3", device="cpu", impl="triton", keep_logits=True,
+                                  batch_invariant=invariant, **dict(dict(num_gpu_blocks_override=200,
+                                                                         max_model_len=512), **o)))
+    bad = sc.differing(sc.scenarios(r, 256, batches=(2, 4), ks=(2,)))
+    assert (bad == []) if invariant else set(bad) >= {"batch 2", "batch 4"}, bad
