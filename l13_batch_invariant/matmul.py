@@ -27,7 +27,7 @@ Two launches compute exactly that sum, and the host picks by M (any choice gives
            2 * N * K at K_CHUNK = 1024 (bf16).
 
 This is split-K made invariant: the cut points depend on K, never on M, and the parts meet in one
-order (never atomics). What it costs against cuBLAS is measured by scripts/l13_probe.py.
+order (never atomics). What it costs against cuBLAS is measured by benchmarks/bench_batch_invariant.py.
 """
 from __future__ import annotations
 

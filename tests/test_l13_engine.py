@@ -48,7 +48,7 @@ def test_l13_scenarios_on_the_cpu(invariant):
     """tests/l13_scenarios.py's pairs through the interpreter, float32, tiny Qwen3: with the option none
     differs; without it the batch, preemption and speculation pairs do (OpenBLAS and the split count
     pick by the batch even in float32), so the scenarios can tell the two apart."""
-    import l13_scenarios as sc
+    from l13_batch_invariant import scenarios as sc
     from l13_batch_invariant import LLM
     r = sc.Runner(lambda **o: LLM("tiny-qwen3", device="cpu", impl="triton", keep_logits=True,
                                   batch_invariant=invariant, **dict(dict(num_gpu_blocks_override=200,

@@ -10,7 +10,7 @@ import os
 import pytest
 import torch
 
-import l13_scenarios as sc
+from l13_batch_invariant import scenarios as sc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
 

@@ -1,8 +1,9 @@
 """The situations in which a request's logits may depend on what else the engine did, each run as a
 pair: the request undisturbed (alone, whole prompt, no preemption, no cache hit, no speculation),
 and disturbed. With ``batch_invariant`` every step's logits must be the same bits in both; without
-it, on a GPU in bf16, some differ (the wall lesson 13 measures). Shared by tests/test_l13_gpu.py
-(a GPU, bf16, Qwen3-0.6B's shape) and the CPU check of the plumbing (tiny model, float32).
+it some differ (the wall lesson 13 measures: scripts/l13_wall.py). Run by tests/test_l13_gpu.py (a
+GPU, bf16, Qwen3-0.6B's shape), tests/test_l13_engine.py (the CPU, float32, tiny Qwen3) and the
+script.
 
     scenario     undisturbed                       disturbed
     batch N      TARGET alone                      TARGET with N - 1 other requests, same steps
