@@ -37,6 +37,7 @@ import torch
 
 from plumbing.runtime import INTERPRET
 from plumbing.errors import UserError
+from plumbing.exercise import learner_can_replace
 
 import triton
 import triton.language as tl
@@ -199,9 +200,11 @@ def paged_attention_invariant(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, bl
     return out
 
 
+@learner_can_replace  # lesson 13's build-it exercise: exercises/l13_batch_invariant.py
 def splits_for(num_seqs: int, num_kv_heads: int, max_kv_len: int, num_sms: int, split_keys: int = SPLIT_KEYS) -> int:
     """Split programs per sequence for a decode step (host ints): every split of the longest
-    sequence when the fold grid (a program per sequence and kv head) leaves SMs idle, else 1."""
+    sequence when the fold grid (a program per sequence and kv head) leaves SMs idle, else 1. Any
+    answer that is 1 or covers every split gives the same bits: the cut points are fixed."""
     if num_seqs * num_kv_heads >= num_sms:
         return 1
     return max(1, min(triton.cdiv(max_kv_len, split_keys), 65535))

@@ -13,7 +13,7 @@ import plumbing.runtime  # noqa: F401  (sets TRITON_INTERPRET on CPU before trit
 from plumbing.errors import UserError
 from l3_paged.attention_ref import paged_attention_ref
 from l3_paged.paged_batch import make_paged_batch
-from l13_batch_invariant.attention import paged_attention_invariant
+from l13_batch_invariant.attention import paged_attention_invariant, splits_for
 from l13_batch_invariant.matmul import matmul
 
 F32 = torch.float32
@@ -123,3 +123,15 @@ def test_l13_attention_refuses_bad_input_in_one_line(batch):
     for bad in (dict(num_splits=0), dict(max_seqlen_q=1.5), dict(split_keys=100)):
         with pytest.raises(UserError):
             paged_attention_invariant(q, K, V, cu, kv, bt, **{"max_seqlen_q": 200, **SMALL, **bad})
+
+
+@pytest.mark.parametrize("seqs,kv_len", [(1, 200), (3, 130), (2, 40), (8, 200)])
+def test_l13_a_split_launch_splits_for_plans_gives_the_fold_launchs_bits(batch, seqs, kv_len):
+    """The host plans a decode step's launch (``splits_for``: a step of ``seqs`` sequences on 16 SMs):
+    1 (fold) or enough programs for every split of its longest sequence, and either way a query's
+    row is the fold launch's bits (here: the 200-token sequence's query at position kv_len - 1)."""
+    q, K, V, cu, _, bt = batch
+    n = splits_for(seqs, H_KV, kv_len, 16, split_keys=SMALL["split_keys"])
+    assert isinstance(n, int) and (n == 1 or n >= -(-kv_len // SMALL["split_keys"])), n
+    row = q[cu[2].item() + kv_len - 1:cu[2].item() + kv_len]
+    assert torch.equal(_one(q, K, V, bt[2:3], row, kv_len, splits=n), _one(q, K, V, bt[2:3], row, kv_len))
