@@ -26,7 +26,11 @@ class GraphsAcrossRanks:
         """``capture()``: stage 7's GraphRunner for this rank (it captures as it is made)."""
         self.group = group
         first = group.captured
-        self.inner = capture()
+        try:
+            self.inner = capture()
+        except BaseException:                        # the workers captured what rank 0 did not finish
+            group.stop_now()
+            raise
         keys = list(self.inner.graphs)
         if group.captured - first != len(keys):
             raise RuntimeError(f"{len(keys)} graphs were captured and the workers were told of "
@@ -52,6 +56,13 @@ class GraphsAcrossRanks:
 
     def execute(self, out):
         key = self.inner.replay_bucket(out)
-        if key is not None:
-            self.group.replay(self.index[key])
-        return self.inner.execute(out)
+        if key is None:
+            return self.inner.execute(out)
+        self.group.replay(self.index[key])           # the workers wait for this replay's broadcast now:
+        try:                                         # an error before rank 0's leaves them inside it
+            return self.inner.execute(out)
+        except Exception as e:
+            err = self.group.failure(e)
+            if err is e:
+                raise
+            raise err from None

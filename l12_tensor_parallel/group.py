@@ -106,8 +106,8 @@ def _shutdown(procs, conns, held) -> None:
         for entry in graphs.values():
             entry[0].reset()
         graphs.clear()                               # (a later step finds no graph: eager, and told it is closed)
-    if held["peer"] is not None:                     # our all-reduce's buffers: the workers are gone
-        held["peer"].close()
+    if held["peer"] is not None and not held["failed"]:   # our all-reduce's buffers, freed after a sync; after a
+        held["peer"].close()                              # failure the GPU may wait on a dead peer: left to exit
     pg, held["pg"] = held["pg"], None
     abort = getattr(pg, "abort", None)               # NCCL: drop the communicators now, without waiting on peers
     if abort is not None and held["backend"] == "nccl":
@@ -142,7 +142,7 @@ class TensorParallel:
             theirs.close()
             self.procs.append(p)
             self.conns.append(mine)
-        self._held = dict(graphs=[], peer=None, pg=None, backend=spec.backend)   # released by _shutdown, in order
+        self._held = dict(graphs=[], peer=None, pg=None, backend=spec.backend, failed=False)   # _shutdown's, in order
         self._finalizer = weakref.finalize(self, _shutdown, self.procs, self.conns, self._held)
         try:
             self._wait_ready()
@@ -224,8 +224,14 @@ class TensorParallel:
         self._check_open()
         t0, c0 = time.perf_counter(), time.thread_time()
         msg = pickle.dumps(("replay", index))
-        for c in self.conns:
-            c.send_bytes(msg)
+        try:
+            for c in self.conns:
+                c.send_bytes(msg)
+        except Exception as e:                       # a worker gone: named in one line, as in a step
+            err = self.failure(e)
+            if err is e:
+                raise
+            raise err from None
         self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg), 0)
 
     def failure(self, e: Exception) -> Exception:
@@ -271,6 +277,7 @@ class TensorParallel:
 
     def stop_now(self) -> None:
         """After a failure: the workers may wait inside the step, deaf to a stop message: terminate them."""
+        self._held["failed"] = True
         for p in self.procs:
             if p.is_alive():
                 p.terminate()

@@ -65,6 +65,18 @@ def backend_for(asked: str, device: str, tp: int) -> str:
     return asked if asked != "auto" else "nccl" if cuda else "gloo"
 
 
+def peers_reach(backend: str, tp: int) -> bool:
+    """Whether every GPU can read every other's memory (our all-reduce maps its peers' buffers): decided
+    here, once, so that every rank builds the same all-reduce. Where one cannot, NCCL's, said in one line."""
+    if backend != "nccl":
+        return False
+    ok = all(torch.cuda.can_device_access_peer(i, j) for i in range(tp) for j in range(tp) if i != j)
+    if not ok:
+        print(f"l12_tensor_parallel: GPUs 0..{tp - 1} cannot all reach each other's memory (no peer access): the "
+              "all-reduces are NCCL's", file=sys.stderr)
+    return ok
+
+
 def model(a):
     """ShardedModel: the other ranks started, each loading its shard; this rank's shard, joined to them."""
     refuse_data_parallel(a.args)
@@ -85,7 +97,7 @@ def model(a):
     spec = WorkerSpec(str(path), device, dtype, a.given_config, {k: v for k, v in a.args.given.items()
                                                                   if k not in mine},
                       a.args.impl, tuple(s.name for s in a.stages if s.name != NAME), backend, TIMEOUT_S,
-                      custom_all_reduce=not a.args.disable_custom_all_reduce)
+                      custom_all_reduce=not a.args.disable_custom_all_reduce and peers_reach(backend, tp))
     if a.args.given.get("disable_custom_all_reduce") is not None and backend != "nccl":
         print(f"l12_tensor_parallel: disable_custom_all_reduce is ignored: {backend} has only its own all-reduce "
               "(ours runs between GPUs, over NCCL's group)", file=sys.stderr)

@@ -57,12 +57,13 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
         from l5_scheduler.assemble import Assembly
 
         from .comm import Comm, peer_all_reduce, process_group
+        from .group import START_TIMEOUT_S
         from .layers import install
         if spec.device.startswith("cuda"):
             torch.cuda.set_device(rank)              # before NCCL: its communicator is on this GPU
         model, a = _assembly(rank, tp, spec, spec.config)
-        store = dist.TCPStore("127.0.0.1", port, tp, is_master=False,
-                              timeout=datetime.timedelta(seconds=spec.timeout_s))
+        store = dist.TCPStore("127.0.0.1", port, tp, is_master=False,      # the start's bound: our all-reduce's
+                              timeout=datetime.timedelta(seconds=START_TIMEOUT_S))  # exchange waits for every load
         conn.send(("ready", a.config))               # the pool this GPU could hold
         pg = process_group(spec.backend, store, rank, tp, spec.timeout_s)
         comm = Comm(pg, rank, tp, peer_all_reduce(spec, store, rank, tp))
@@ -91,8 +92,10 @@ def serve(conn, model, cache, ops, comm, device) -> None:
             msg = conn.recv_bytes()
         except (EOFError, OSError):                  # rank 0 is gone
             os._exit(0)
-        if not msg:
-            return                                   # close(): a clean stop
+        if not msg:                                  # close(): a clean stop, this GPU's queued work done first
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            return
         try:
             kind, *rest = pickle.loads(msg)
             if kind == "replay":

@@ -38,7 +38,15 @@ def test_a_step_split_into_structure_and_one_buffer_comes_back_bit_for_bit():
 
 class FakeGroup:
     def __init__(self, captured):
-        self.captured, self.said = captured, []
+        self.captured, self.said, self.stopped, self.failed = captured, [], False, []
+
+    def failure(self, e):                          # TensorParallel's: every worker stopped, the error to raise
+        self.failed.append(e)
+        self.stopped = True
+        return e
+
+    def stop_now(self):
+        self.stopped = True
 
     def replay(self, index):
         self.said.append(index)
@@ -55,12 +63,14 @@ class FakeGraphRunner:
         group.captured += len(keys) if told is None else told
         self.group, self.ran = group, []
 
-    def replay_bucket(self, out):
-        return out if out in self.graphs else None
-
     def execute(self, out):
+        if out == "broken":
+            raise RuntimeError("no block-table row left (a bug)")
         self.ran.append((out, list(self.group.said)))
         return out
+
+    def replay_bucket(self, out):
+        return (1, 1) if out == "broken" else out if out in self.graphs else None
 
 
 def test_each_replay_is_announced_first_with_the_index_the_workers_captured_it_under():
@@ -77,3 +87,23 @@ def test_a_capture_the_workers_did_not_hear_of_is_a_bug_said_at_once():
     group = FakeGroup(captured=0)
     with pytest.raises(RuntimeError, match="would not agree"):
         GraphsAcrossRanks(group, lambda: FakeGraphRunner(group, [(1, 1), (2, 1)], told=1))
+
+
+def test_an_error_after_a_replay_was_announced_stops_the_workers_it_left_waiting():
+    group = FakeGroup(captured=0)
+    r = GraphsAcrossRanks(group, lambda: FakeGraphRunner(group, [(1, 1)]))
+    with pytest.raises(RuntimeError, match="no block-table row"):
+        r.execute("broken")
+    assert group.said == [0] and group.stopped and len(group.failed) == 1
+
+
+def test_a_capture_that_fails_on_rank_0_stops_the_workers_that_captured():
+    group = FakeGroup(captured=0)
+
+    def capture():
+        group.captured += 1
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory") if hasattr(torch.cuda, "OutOfMemoryError") \
+            else RuntimeError("CUDA out of memory")
+    with pytest.raises(RuntimeError, match="out of memory"):
+        GraphsAcrossRanks(group, capture)
+    assert group.stopped

@@ -70,17 +70,19 @@ def test_tp_rows_emit_transformers_tokens(row, tp):
 
 @pytest.mark.deep
 @pytest.mark.parametrize("model,tp", [("tiny-llama", 4), ("tiny-qwen2", 2)])
-def test_tp_on_other_checkpoints(model, tp):
-    """llama at tp 4 (2 KV heads over 4 ranks), qwen2 (one KV head, biases, tied embeddings)."""
+def test_tp_on_other_checkpoints(model, tp, capfd):
+    """llama at tp 4 (2 KV heads over 4 ranks), qwen2 (one KV head, biases, tied embeddings); the
+    switch for our all-reduce, given on a CPU (gloo has its own only), is said to be ignored."""
     from l12_tensor_parallel import LLM, SamplingParams
     from l11_spec_decode import LLM as LLM11
     p = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
     prompts = [{"prompt_token_ids": w} for w in m.WORKLOAD]
     want = [o.outputs[0].token_ids for o in LLM11(model, impl="torch", device="cpu").generate(prompts, p)]
-    llm = LLM(model, impl="torch", device="cpu", tensor_parallel_size=tp)
+    llm = LLM(model, impl="torch", device="cpu", tensor_parallel_size=tp, disable_custom_all_reduce=True)
     got = [o.outputs[0].token_ids for o in llm.generate(prompts, p)]
     llm.llm_engine.model.tensor_parallel.close()
     assert got == want
+    assert "disable_custom_all_reduce is ignored: gloo has only its own all-reduce" in capfd.readouterr().err
 
 
 def test_tp1_is_stage_11s_engine_part_for_part():
@@ -144,6 +146,20 @@ def test_ctrl_c_leaves_the_workers_running_and_a_killed_one_stops_the_engine_wit
     assert "\n" not in str(e.value) and group.closed
     with pytest.raises(RankFailed, match="was killed by signal 9"):
         eng.step()
+
+
+@pytest.mark.deep
+def test_a_replay_announced_to_a_killed_worker_stops_the_engine_with_one_line():
+    """A CUDA graph's replay is announced by pipe (graphs.py): a worker gone by then is named as a
+    step's would be (the announcement is the only host message of a replayed step)."""
+    from l12_tensor_parallel import RankFailed
+    eng, group = started()
+    worker = group.procs[0]
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(5)
+    with pytest.raises(RankFailed, match=f"tensor-parallel rank 1 \\(pid {worker.pid}\\) was killed by signal 9"):
+        group.replay(0)
+    assert group.closed
 
 
 @pytest.mark.deep
