@@ -61,7 +61,9 @@ def engine(spec: dict) -> dict:
     group = getattr(eng.model, "tensor_parallel", None)
     if group is not None:
         out["sent"] = str(group.sent)
-        out["send_cpu_us"] = group.sent.cpu_s / max(group.sent.steps, 1) * 1e6
+        out["send_cpu_us"] = group.sent.cpu_s / max(group.sent.steps, 1) * 1e6          # a forward pass sent
+        if group.sent.replays:                                                           # a replay announced
+            out["replay_cpu_us"] = group.sent.replay_cpu_s / group.sent.replays * 1e6
         group.close()
     return out
 

@@ -46,12 +46,12 @@ def table(meta: dict, rows: dict, tokens, ar) -> str:
              f"{meta['weight_bytes'] / 1e9:.1f} GB), NCCL {meta['nccl']}, torch {meta['torch']}, copy bandwidth "
              f"{(meta['copy_GBps'] or 0):.0f} GB/s",
              "", "| row | start-up s | KV blocks | single stream ms/token | floor ms | of floor | e2e tok/s | "
-             "send to workers us/step |", "|---|---|---|---|---|---|---|---|"]
+             "CPU to send a forward / announce a replay, us |", "|---|---|---|---|---|---|---|---|"]
     for k, r in rows.items():
         f = lambda key, fmt: format(r[key], fmt) if r.get(key) is not None else "-"   # noqa: E731
         lines.append(f"| {k} | {f('start_s', '.1f')} | {r.get('num_blocks', '-')} | {f('ms_per_token', '.2f')} | "
                      f"{f('floor_ms', '.2f')} | {f('of_floor', '.0%')} | {f('e2e_tok_s', ',.0f')} | "
-                     f"{f('send_cpu_us', '.0f')} |")
+                     f"{f('send_cpu_us', '.0f')} / {f('replay_cpu_us', '.0f')} |")
     lines.append(f"e2e: {meta['requests']} requests, prompts and outputs uniform in {meta['lengths']}; single stream: "
                  f"{meta['stream_tokens']} tokens after a 64-token prompt")
     lines += verdicts(meta, rows)

@@ -69,22 +69,32 @@ class Comm:
 
 @dataclass
 class Sent:
-    """What sending the steps cost rank 0: CPU time (pack, pipe writes, the broadcast's launch), wall
-    time (with any wait for a core: a woken worker may take this one's), bytes by pipe and broadcast."""
+    """What sending the steps cost rank 0, for the forward passes it sent (pack, pipe writes, the
+    broadcast's launch) and apart for the CUDA-graph replays it announced (a few bytes by pipe: the
+    graph sends its own inputs): CPU time, wall time (with any wait for a core: a woken worker may
+    take this one's), bytes by pipe and by broadcast."""
     steps: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
     bytes: int = 0
     device_bytes: int = 0
+    replays: int = 0
+    replay_cpu_s: float = 0.0
 
     def add(self, cpu_s: float, wall_s: float, n: int, device_n: int) -> None:
         self.steps, self.bytes, self.device_bytes = self.steps + 1, self.bytes + n, self.device_bytes + device_n
         self.cpu_s, self.wall_s = self.cpu_s + cpu_s, self.wall_s + wall_s
 
+    def add_replay(self, cpu_s: float) -> None:
+        self.replays, self.replay_cpu_s = self.replays + 1, self.replay_cpu_s + cpu_s
+
     def __str__(self):
         per = self.steps or 1
-        return (f"{self.steps} steps sent: {self.cpu_s / per * 1e6:.0f} us of CPU ({self.wall_s / per * 1e6:.0f} us "
+        line = (f"{self.steps} steps sent: {self.cpu_s / per * 1e6:.0f} us of CPU ({self.wall_s / per * 1e6:.0f} us "
                 f"wall), {self.bytes / per:.0f} bytes by pipe and {self.device_bytes / per:.0f} by broadcast a step")
+        if self.replays:
+            line += f"; {self.replays} replays announced: {self.replay_cpu_s / self.replays * 1e6:.0f} us of CPU each"
+        return line
 
 
 def peer_all_reduce(spec, store, rank: int, size: int):

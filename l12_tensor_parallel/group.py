@@ -222,7 +222,7 @@ class TensorParallel:
         """Before rank 0 replays the CUDA graph of its ``index``-th capture: each worker replays its own
         (the graph broadcasts the step's inputs and runs the forward pass on every rank)."""
         self._check_open()
-        t0, c0 = time.perf_counter(), time.thread_time()
+        c0 = time.thread_time()
         msg = pickle.dumps(("replay", index))
         try:
             for c in self.conns:
@@ -232,7 +232,7 @@ class TensorParallel:
             if err is e:
                 raise
             raise err from None
-        self.sent.add(time.thread_time() - c0, time.perf_counter() - t0, len(msg), 0)
+        self.sent.add_replay(time.thread_time() - c0)
 
     def failure(self, e: Exception) -> Exception:
         """The error to raise for ``e``: a ``RankFailed`` naming the rank when a worker died, hung or
