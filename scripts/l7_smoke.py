@@ -95,13 +95,14 @@ def run(args, stage: str, observer=None, defaults: dict = DEMO6) -> None:
 
 def fast_path_line(r, args, ld, extra: dict) -> str:
     """How many steps replayed a CUDA graph, and which parts were on (also into ``extra``)."""
-    graphs = getattr(r, "graphs", {})                # a GraphRunner's; the eager FastRunner has none
+    graphs = list(getattr(r, "keys", None) or getattr(r, "graphs", {}))   # a GraphRunner's (or stage 12's,
+                                                     # across ranks: keys); the eager FastRunner has none
     n_graph = sum(1 for m in r.mode_log if m.startswith("graph"))
     extra.update(enforce_eager=args.enforce_eager, fused_ops=args.fused_ops, split_kv=args.split_kv,
-                 graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(graphs),
+                 graph_steps=n_graph, eager_steps=len(r.mode_log) - n_graph, graph_buckets=sorted(graphs, key=str),
                  graph_bytes=getattr(r, "graph_bytes", 0), capture_s=round(getattr(r, "capture_s", 0.0), 3))
     return (f"fast path  : {n_graph} of {len(r.mode_log)} steps replayed a CUDA graph "
-            + (f"({len(graphs)} buckets {sorted(graphs)}, captured in {r.capture_s:.1f} s, "
+            + (f"({len(graphs)} buckets {sorted(graphs, key=str)}, captured in {r.capture_s:.1f} s, "
                f"{r.graph_bytes / 2**20:.1f} MiB of graph memory)" if graphs else
                "(enforce_eager)" if args.enforce_eager else "(no CUDA: every step eager)"
                if not ld.device.startswith("cuda") or args.enforce_eager else "(--impl torch: not capturable)")
