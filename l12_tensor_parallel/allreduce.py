@@ -220,7 +220,7 @@ class PeerAllReduce:
 
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
         if self.eligible(t):
-            return self.all_reduce(t)
+            return self._launch(t, t)
         if self.fallback is None:
             raise ValueError(f"peer all-reduce: {t.dtype} {tuple(t.shape)} on {t.device} is not ours and there is "
                              "no fallback")
@@ -231,7 +231,9 @@ class PeerAllReduce:
         if not self.eligible(t):
             raise ValueError(f"peer all-reduce: not eligible ({t.dtype}, {tuple(t.shape)}, {t.device}, "
                              f"contiguous={t.is_contiguous()}, max {self.max_bytes} bytes)")
-        out = t if out is None else out
+        return self._launch(t, t if out is None else out)
+
+    def _launch(self, t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         _peer_all_reduce[(self.programs,)](
             t, out, self.bufs, self.pads, self.calls, self.status, t.numel(), self.max_bytes // t.element_size(),
             self.spin_limit, self.programs, RANK=self.rank, WORLD=self.world, BLOCK=self.block,

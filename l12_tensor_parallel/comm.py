@@ -46,8 +46,8 @@ class Comm:
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         """Sum over the ranks, in place; returns t. Ours (allreduce.py) where it takes t, else the group's."""
-        if self.peer is not None and self.peer.eligible(t):
-            return self.peer.all_reduce(t)
+        if self.peer is not None:
+            return self.peer(t)                      # (its fallback: the group's)
         self.pg.allreduce([t]).wait()
         return t
 
@@ -97,13 +97,13 @@ class Sent:
         return line
 
 
-def peer_all_reduce(spec, store, rank: int, size: int):
+def peer_all_reduce(spec, store, pg, rank: int, size: int):
     """Our all-reduce for this rank (NCCL's groups only, unless disabled), built as every rank builds
     its own: each opens the others' buffers through the store. None: the group's all-reduce only."""
     if spec.backend != "nccl" or not spec.custom_all_reduce:
         return None
     from .allreduce import PeerAllReduce, store_exchange
-    return PeerAllReduce(rank, size, store_exchange(store, rank, size))
+    return PeerAllReduce(rank, size, store_exchange(store, rank, size), fallback=lambda t: pg.allreduce([t]).wait())
 
 
 def process_group(backend: str, store, rank: int, size: int, timeout_s: float):

@@ -148,7 +148,7 @@ class TensorParallel:
             self._wait_ready()
             self.pg = process_group(spec.backend, store, 0, tp, spec.timeout_s)
             self._held["pg"] = self.pg
-            self._held["peer"] = peer = peer_all_reduce(spec, store, 0, tp)      # as each worker builds its own
+            self._held["peer"] = peer = peer_all_reduce(spec, store, self.pg, 0, tp)   # as each worker does
         except BaseException:                        # (the started ones wait for rank 0 in the group's set-up)
             self.stop_now()
             raise

@@ -66,7 +66,7 @@ def main(rank: int, tp: int, port: int, conn, spec) -> None:
                               timeout=datetime.timedelta(seconds=START_TIMEOUT_S))  # exchange waits for every load
         conn.send(("ready", a.config))               # the pool this GPU could hold
         pg = process_group(spec.backend, store, rank, tp, spec.timeout_s)
-        comm = Comm(pg, rank, tp, peer_all_reduce(spec, store, rank, tp))
+        comm = Comm(pg, rank, tp, peer_all_reduce(spec, store, pg, rank, tp))
         install(model, comm)
         msg = conn.recv_bytes()                      # every rank's pool the same size: the block tables are shared
         if not msg:
