@@ -88,6 +88,7 @@ def _block_after(text, marker):
     ("l1_dense", "l1_smoke", "Expected from `python scripts/l1_smoke.py`"),
     ("l2_gather", "l2_smoke", "Expected from `python scripts/l2_smoke.py`"),
     ("l12_tensor_parallel", "l12_smoke", "Expected from `python scripts/l12_smoke.py --tensor-parallel-size 2`"),
+    ("l13_batch_invariant", "l13_smoke", "Expected from `python scripts/l13_smoke.py`"),
 ])
 def test_lesson_expected_block_is_what_the_smoke_script_prints(lesson, script, marker):
     expected = _block_after((ROOT / "lessons" / f"{lesson}.md").read_text(), marker)
