@@ -137,7 +137,6 @@ def main(argv=None) -> None:
         print(wrote(stem + ".png"))
         return
     device = bench_device(a.quick)
-    import transformers  # noqa: F401
     import triton
     from harness.random_checkpoint import build_checkpoint
     from plumbing.tiny import tiny_checkpoint

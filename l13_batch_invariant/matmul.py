@@ -13,8 +13,15 @@ Here the sum over K has one shape for every M, fixed by the weight alone:
         y[i, j] = round( (...((0 + c_0) + c_1) + ... + c_last) + bias[j] )
         c_r     = dot(x[i, kr_0], W[j, kr_0]) (+)= dot(x[i, kr_1], W[j, kr_1]) ...   (tl.dot, BLOCK_K wide)
 
-    The tile is BLOCK_M x BLOCK_N (BLOCK_N from N only: ``block_n``) for every M, so every row runs
-    the same tensor-core instruction over the same K steps; a row never meets another row's values.
+    Every row runs the same tensor-core instructions over the same K steps, and never meets another
+    row's values. What fixes the bits is where K is cut (K_CHUNK), never the tile: on the GPU a
+    tl.dot chained on one accumulator adds its 16-wide K slices in order whatever BLOCK_M, BLOCK_N
+    or BLOCK_K is. Measured, not promised: benchmarks/studies/l13_tiles.py ran 70 tiles (BLOCK_M 16
+    to 128, BLOCK_N 32 to 256, BLOCK_K 64 and 128, 4 or 8 warps, 3 or 4 stages) at six shapes on an
+    H100, and every one gave the reference tile's bits; tests/test_l13_gpu.py checks the tiles the
+    host picks on every GPU it runs on. So the host may pick a tile by M, for speed (``pick_tile``),
+    while K_CHUNK stays fixed. Under the interpreter a tile is one NumPy dot, whose order is
+    NumPy's: there the tile is fixed too (REFERENCE).
 
 Two launches compute exactly that sum, and the host picks by M (any choice gives the same bits):
 
@@ -22,7 +29,7 @@ Two launches compute exactly that sum, and the host picks by M (any choice gives
            in registers. No extra bytes: the prefill path.
     split  grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N), chunks): a program per chunk writes c_r in
            float32; ``_sum_chunks_kernel`` adds them in chunk order with the same epilogue. For a
-           decode step, whose fold grid has fewer programs than the GPU has SMs: more programs
+           decode step (M <= 64) whose fold grid has fewer than two programs per SM: more programs
            stream the weights. Extra bytes: 8 * M * N * chunks (write + read), M/256 of the weights'
            2 * N * K at K_CHUNK = 1024 (bf16).
 
@@ -32,6 +39,7 @@ order (never atomics). What it costs against cuBLAS is measured by benchmarks/be
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -43,17 +51,36 @@ import triton.language as tl
 
 from l3_paged.validate import FLOAT_DTYPES
 
-BLOCK_M = 64          # rows of a tile for every M (64: one Hopper warp group's wgmma; M = 1 wastes rows,
-                      # not bytes: a decode step streams the weights either way)
-BLOCK_K = 64
-K_CHUNK = 1024        # K per chunk: the split launch's unit of work (a multiple of BLOCK_K)
-NUM_WARPS, NUM_STAGES = 4, 3
+BLOCK_K = 64          # the interpreter's K step (tests may plant another through ``block_k``)
+K_CHUNK = 1024        # K per chunk: the sum's shape, and the split launch's unit of work (a multiple of BLOCK_K)
 
 
-def block_n(N: int) -> int:
-    """Columns per tile, from the weight's N only (never M): narrow weights take narrower tiles so
-    that a decode step still has programs for every SM."""
-    return 64 if N <= 4096 else 128
+class Tile(NamedTuple):
+    """A launch's shape: rows and columns of W per program, K per step, warps, pipeline stages."""
+    bm: int
+    bn: int
+    bk: int
+    warps: int
+    stages: int
+
+
+REFERENCE = Tile(64, 64, BLOCK_K, 4, 3)       # the interpreter's one tile (NumPy's dot sums a tile its own way)
+
+
+def pick_tile(M: int, N: int, sms: int) -> Tile:
+    """Speed only: the tile does not change a row's bits on the GPU (see the module's docstring).
+    Decode-sized M: 16 or 64 rows, 32 columns (programs for every SM, K 128 a step); a middle M:
+    64 rows and the widest columns that still fill the SMs; prefill: 128 x 128 or 128 x 256
+    (benchmarks/studies/l13_tiles.py timed 70 tiles at six shapes on an H100)."""
+    if INTERPRET:
+        return REFERENCE
+    if M <= 64:
+        return Tile(16 if M <= 16 else 64, 32, 128, 4, 4)
+    if M <= 256:
+        bn = next((b for b in (128, 64) if triton.cdiv(M, 64) * triton.cdiv(N, b) >= sms), 32)
+        return Tile(64, bn, 64 if bn == 128 else 128, 8 if bn == 128 else 4, 4)
+    bn = 256 if triton.cdiv(M, 128) * triton.cdiv(N, 256) >= sms else 128
+    return Tile(128, bn, 64, 8, 3 if bn == 256 else 4)
 
 
 @triton.jit
@@ -126,9 +153,13 @@ def num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def wants_split(M: int, N: int, K: int, sms: int, k_chunk: int = K_CHUNK) -> bool:
-    """Split when the fold grid would leave SMs idle and K has more than one chunk (host ints)."""
-    return triton.cdiv(M, BLOCK_M) * triton.cdiv(N, block_n(N)) < sms and K > k_chunk
+def wants_split(M: int, N: int, K: int, tile: Tile, sms: int, k_chunk: int = K_CHUNK) -> bool:
+    """Split a decode-sized step (M <= 64, its float32 parts a few KB) whose fold grid has fewer than
+    two programs per SM, where K has more than one chunk (host ints). The interpreter: below one per SM."""
+    programs = triton.cdiv(M, tile.bm) * triton.cdiv(N, tile.bn)
+    if INTERPRET:
+        return programs < sms and K > k_chunk
+    return M <= 64 and programs < 2 * sms and K > k_chunk
 
 
 def _check(x, weight, bias):
@@ -146,33 +177,37 @@ def _check(x, weight, bias):
 
 
 def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, split: bool | None = None,
-           k_chunk: int = K_CHUNK, block_k: int = BLOCK_K) -> torch.Tensor:
-    """``x @ weight.T + bias`` [M, N], each row's bits independent of M. ``split``: None lets the host
-    choose (``wants_split``); True / False force a launch (tests: both give the same bits).
-    ``k_chunk`` / ``block_k`` exist so a test can plant a reduction shape chosen from M."""
+           k_chunk: int = K_CHUNK, block_k: int | None = None, tile: Tile | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` [M, N], each row's bits independent of M. ``split`` and ``tile``: None
+    lets the host choose (``wants_split``, ``pick_tile``); given, they force a launch (tests: any
+    choice gives the same bits). ``k_chunk`` and ``block_k`` exist so a test can plant a reduction
+    shape chosen from M (under the interpreter, where ``block_k`` is the tile's K step)."""
     _check(x, weight, bias)
-    if k_chunk % block_k or block_k < 16 or block_k & (block_k - 1):
-        raise UserError(f"k_chunk ({k_chunk}) must be a multiple of block_k ({block_k}), a power of two >= 16")
     M, K = x.shape
     N = weight.shape[0]
+    tile = tile or pick_tile(M, N, num_sms(x.device))
+    if block_k is not None:
+        tile = tile._replace(bk=block_k)
+    if k_chunk % tile.bk or tile.bk < 16 or tile.bk & (tile.bk - 1):
+        raise UserError(f"k_chunk ({k_chunk}) must be a multiple of block_k ({tile.bk}), a power of two >= 16")
     out = torch.empty(M, N, device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return out
-    bn, chunks = block_n(N), triton.cdiv(K, k_chunk)
+    chunks = triton.cdiv(K, k_chunk)
     if split is None:
-        split = wants_split(M, N, K, num_sms(x.device), k_chunk)
+        split = wants_split(M, N, K, tile, num_sms(x.device), k_chunk)
     split = bool(split) and chunks > 1
     parts = torch.empty(chunks, M, N, device=x.device, dtype=torch.float32) if split else out   # [chunks, M, N]
     b = bias if bias is not None else out
-    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, bn)) + ((chunks,) if split else ())
+    grid = (triton.cdiv(M, tile.bm), triton.cdiv(N, tile.bn)) + ((chunks,) if split else ())
     _chunked_matmul_kernel[grid](x, weight, b, out, parts, M, N, K, x.stride(0), weight.stride(0), out.stride(0),
-                                 HAS_BIAS=bias is not None, SPLIT=split, EVEN_K=K % block_k == 0, BLOCK_M=BLOCK_M,
-                                 BLOCK_N=bn, BLOCK_K=block_k, K_CHUNK=k_chunk,
+                                 HAS_BIAS=bias is not None, SPLIT=split, EVEN_K=K % tile.bk == 0, BLOCK_M=tile.bm,
+                                 BLOCK_N=tile.bn, BLOCK_K=tile.bk, K_CHUNK=k_chunk,
                                  UPCAST=INTERPRET and x.dtype == torch.bfloat16,
-                                 num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                                 num_warps=tile.warps, num_stages=tile.stages)
     if split:
         _sum_chunks_kernel[grid[:2]](parts, b, out, M, N, chunks, out.stride(0), HAS_BIAS=bias is not None,
-                                     BLOCK_M=BLOCK_M, BLOCK_N=bn, num_warps=4)
+                                     BLOCK_M=tile.bm, BLOCK_N=tile.bn, num_warps=4)
     return out
 
 
@@ -187,4 +222,4 @@ if __name__ == "__main__":
     err = (full.float() - x.float() @ w.float().T).abs().max().item()
     print(f"{device} {dtype}: rows bitwise equal for M in 1, 5, 64, 70, fold and split: {same}; "
           f"max |ours - fp32 torch| = {err:.2e}")
-    print("timings and cuBLAS's own variance: python scripts/l13_probe.py (GPU)")
+    print("timings and cuBLAS's own variance: python -m benchmarks.bench_batch_invariant (GPU)")

@@ -73,7 +73,8 @@ def scenarios(r: Runner, vocab: int, batches=(2, 16, 128), ks=(1, 2, 3, 4, 5), d
     eng = r.engine(enable_prefix_caching=False, **base)                # (base may not name the sizes varied here)
     alone = r.run(eng, [t])
     out = {f"batch {n}": (alone, r.run(eng, [t] + others[:n - 1])) for n in batches}
-    out["chunked"] = (alone, r.run(r.engine(enable_prefix_caching=False, max_num_batched_tokens=CHUNK, **base), [t]))
+    chunked = r.engine(enable_prefix_caching=False, max_num_batched_tokens=CHUNK, max_num_seqs=CHUNK, **base)
+    out["chunked"] = (alone, r.run(chunked, [t]))                # (a budget below max_num_seqs is refused)
     crowd, bs = others[:3] + [t], eng.config.block_size     # TARGET last: the first to be preempted
     pool = sum(-(-len(q) // bs) for q in crowd)              # every prompt fits, and the first block a decode
     tight = r.engine(enable_prefix_caching=False, **dict(base, num_gpu_blocks_override=pool, max_model_len=256))

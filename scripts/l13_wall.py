@@ -12,6 +12,7 @@ be equal (exit 1 otherwise).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -42,7 +43,7 @@ def main(argv=None):
         out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "out", "l13_wall")
         path = build_checkpoint(os.path.join(out, "qwen3-0.6b-random"), "Qwen/Qwen3-0.6B")
         vocab, dtype = 151936, torch.bfloat16
-        sizes, extra = dict(num_gpu_blocks_override=4096, max_model_len=1024, max_num_seqs=128), dict(draft=path)
+        sizes, extra = dict(num_gpu_blocks_override=1024, max_model_len=1024, max_num_seqs=128), dict(draft=path)
     batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else ((2, 4) if cpu else (2, 16, 128))
     results, t0 = {}, time.perf_counter()
     for invariant in (False, True):
@@ -50,6 +51,10 @@ def main(argv=None):
         r = sc.Runner(lambda **o: LLM(path, device=a.device, dtype=dtype, keep_logits=True,
                                       batch_invariant=invariant, **dict(sizes, **o)))
         results[invariant] = sc.scenarios(r, vocab, batches=batches, **extra)
+        del r                                  # its ten-odd engines (each a pool) before the next mode's
+        gc.collect()
+        if not cpu:
+            torch.cuda.empty_cache()
     print(f"\n{path} on {a.device} ({str(dtype)[6:]}): request undisturbed against disturbed, every step's logits\n")
     print("| pair | stage 12's parts: logits | tokens | batch_invariant: logits | tokens |")
     print("|---|---|---|---|---|")

@@ -14,7 +14,8 @@ from l13_batch_invariant import scenarios as sc
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
 
-SIZES = dict(num_gpu_blocks_override=4096, max_model_len=1024, max_num_seqs=128)   # several processes per GPU
+# a scenario set keeps about ten engines (one per situation): 1,024 blocks each (1.9 GB of K/V at this shape)
+SIZES = dict(num_gpu_blocks_override=1024, max_model_len=1024, max_num_seqs=128)
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +42,28 @@ def test_without_it_some_pairs_differ(checkpoint):
     bad = sc.differing(pairs)
     print(f"without batch_invariant, {len(bad)} of {len(pairs)} pairs differ: {bad}")
     assert bad, "no pair differs without batch_invariant: the scenarios cannot tell invariant kernels from others"
+
+
+def test_every_tile_the_host_picks_gives_the_same_bits():
+    """matmul.py lets the host pick a tile by M (pick_tile) because the tile does not change a row's
+    bits on a GPU, only where K is cut does. Checked here on this GPU at Qwen3-0.6B's and 8B's shapes
+    (and a bias): rows of every M against the same rows in M = 2,048 and against the interpreter's
+    one tile. The control: another K_CHUNK must change the bits, or the comparison sees nothing."""
+    from l13_batch_invariant.matmul import REFERENCE, matmul, num_sms, pick_tile
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tiles, bad = set(), []
+    for N, K, bias in ((4096, 1024, False), (1024, 2048, False), (1024, 3072, True), (6144, 4096, False),
+                       (4096, 12288, False)):
+        w = (torch.randn(N, K, device="cuda", generator=g) / K ** 0.5).bfloat16()
+        x = torch.randn(2048, K, device="cuda", generator=g).bfloat16()
+        b = torch.randn(N, device="cuda", generator=g).bfloat16() if bias else None
+        full = matmul(x, w, b)
+        for M in (1, 7, 16, 17, 64, 65, 200, 256, 257, 300, 1000, 2048):
+            tiles.add(pick_tile(M, N, num_sms(x.device)))
+            if not torch.equal(matmul(x[:M], w, b), full[:M]):
+                bad.append((N, K, M, pick_tile(M, N, num_sms(x.device))))
+            if not torch.equal(matmul(x[:M], w, b, tile=REFERENCE, split=False), full[:M]):
+                bad.append((N, K, M, REFERENCE))
+        assert not torch.equal(matmul(x[:64], w, b, k_chunk=512), full[:64]), "control: K_CHUNK 512 gave 1024's bits"
+    assert not bad, f"(N, K, M, tile) whose rows differ from M = 2,048's: {bad}"
+    assert len(tiles) >= 4, f"the host picked only {tiles}: the test covers fewer tiles than it claims"
