@@ -13,7 +13,7 @@ kernels of l13_batch_invariant cost.
 (d) times, CUDA-graph replay with L2 flushed (benchmarks/timing.graph_ms): ours vs F.linear at
     M = 1, 8, 64, 256 (decode) and 2048 (prefill), with % of copy bandwidth (bytes: weights + x + y)
     and TFLOP/s.
-Writes benchmarks/results/bench_batch_invariant/<gpu>.{json,md} (--quick: out/).
+Writes benchmarks/results/bench_batch_invariant/<gpu>.{json,md,png} (--quick: out/; --replot JSON draws the PNG).
 """
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-from benchmarks.outputs import out_help, output_stem
+from benchmarks.outputs import out_help, output_stem, save_results
 from benchmarks.timing import copy_bandwidth, graph_ms, timer
 from plumbing.cli import run_main
 from plumbing.errors import UserError
+from plumbing.plot import wrote
 
 #: (model, name, N, K): the linear layers of one decoder layer (q/k/v and gate/up merged, as FusedOps
 #: runs them) and the lm_head
@@ -151,11 +152,38 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def draw(res: dict):
+    """ours / torch time against M, one line per matmul, a panel per model."""
+    def go(plt, path):
+        models = sorted({r["model"] for r in res["timings"]})
+        fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.4), squeeze=False)
+        for ax, model in zip(axes[0], models):
+            for name in dict.fromkeys(r["name"] for r in res["timings"] if r["model"] == model):
+                rows = [r for r in res["timings"] if r["model"] == model and r["name"] == name]
+                ax.plot([r["M"] for r in rows], [r["ours_over_torch"] for r in rows], marker="o", label=name)
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set(title=f"{model}: l13 matmul / cuBLAS time", xlabel="M (rows in the step)", ylabel="ratio")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{res['device']}, bf16: the same bits for every M, at this cost", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+    return go
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="every 15th M, no lm_head variance, 3 M timed (out/)")
     p.add_argument("--out", default=None, help=out_help("bench_batch_invariant"))
+    p.add_argument("--replot", default=None, metavar="JSON", help="only draw the .png beside a saved JSON")
     args = p.parse_args(argv)
+    if args.replot:
+        from plumbing.plot import pyplot
+        plt, stem = pyplot(), args.replot.rsplit(".", 1)[0]
+        if plt is not None:
+            draw(json.load(open(args.replot)))(plt, stem + ".png")
+        print(wrote(stem + ".png"))
+        return
     if not torch.cuda.is_available():
         raise UserError("bench_batch_invariant measures the GPU's batch variance: it needs CUDA "
                         "(the CPU checks are tests/test_l13_invariance.py)")
@@ -163,12 +191,8 @@ def main(argv=None) -> None:
     res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, dtype="bfloat16",
                variance=matmul_variance(args.quick), attention=attention_variance(), timings=timings(args.quick))
     stem = output_stem("bench_batch_invariant", args.out, args.quick, "cuda")
-    with open(stem + ".json", "w") as f:
-        json.dump(res, f, indent=1)
-    with open(stem + ".md", "w") as f:
-        f.write(markdown(res))
     print(markdown(res))
-    say(f"wrote {stem}.json and {stem}.md")
+    say(wrote(*save_results(stem, res, markdown(res), draw(res))))
 
 
 if __name__ == "__main__":

@@ -67,3 +67,14 @@ def test_every_tile_the_host_picks_gives_the_same_bits():
         assert not torch.equal(matmul(x[:64], w, b, k_chunk=512), full[:64]), "control: K_CHUNK 512 gave 1024's bits"
     assert not bad, f"(N, K, M, tile) whose rows differ from M = 2,048's: {bad}"
     assert len(tiles) >= 4, f"the host picked only {tiles}: the test covers fewer tiles than it claims"
+
+
+@pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-llama", "tiny-qwen2"])
+def test_tiny_checkpoints_in_bf16_every_pair_is_the_same_bits(model):
+    """The project's tiny checkpoints (Qwen2's q/k/v biases, Llama 3's RoPE scaling), bf16 on the GPU,
+    the same twelve pairs (the draft model is the checkpoint itself)."""
+    from l13_batch_invariant import LLM
+    r = sc.Runner(lambda **o: LLM(model, device="cuda", dtype=torch.bfloat16, keep_logits=True, batch_invariant=True,
+                                  **dict(SIZES, **o)))
+    bad = sc.differing(sc.scenarios(r, 256, draft=model))
+    assert not bad, f"{model}, batch_invariant: these pairs differ: {bad}"
