@@ -3,7 +3,10 @@
 A stage entry is a name, an engine factory and a generate function:
 
     make_engine(model, n_tokens) -> engine      # .prefill(ids) / .decode(tok) -> logits [V]
+    make_engine(model, n_tokens, path)          # a stage whose other processes load the checkpoint
     generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation (logits kept)
+
+``Stage.engine(model, n_tokens, path)`` calls either. The oracle it is judged against is oracle.py's.
 
 ``scripts/check_chain.py`` runs every entry against the oracle (:func:`hf_generate`) and
 ``scripts/compare.py`` uses any entry's engine as a side. A new stage is one more call at the
@@ -14,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
-
-import torch
 
 from l1_dense.dense_kv import DenseEngine
 from plumbing.errors import UserError
@@ -34,16 +35,30 @@ class Stage:
     make_engine: Callable          # (model, n_tokens) -> engine
     generate: Callable             # (engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation
     layerwise: bool = True         # engine.prefill/.decode run one sequence: compare.py can hook its layers
+    needs_path: bool = False       # make_engine takes the checkpoint's folder too (stage 12's workers load it)
+
+    def engine(self, model, n_tokens: int, path=None):
+        if not self.needs_path:
+            return self.make_engine(model, n_tokens)
+        if path is None:
+            raise UserError(f"the {self.name} row loads the checkpoint in other processes: give its folder (path=...)")
+        return self.make_engine(model, n_tokens, path)
+
+
+class Skipped(UserError):
+    """A row this machine cannot run (stage 12's needs two GPUs where there is one): check_chain
+    lists it as skipped, with the reason, and judges the other rows."""
 
 
 STAGES: dict[str, Stage] = {}
 
 
-def register(name: str, make_engine: Callable, generate: Callable | None = None, layerwise: bool = True) -> Stage:
+def register(name: str, make_engine: Callable, generate: Callable | None = None, layerwise: bool = True,
+             needs_path: bool = False) -> Stage:
     """Add a stage (``generate`` defaults to lesson 1's greedy loop)."""
     if name in STAGES:
         raise ValueError(f"stage {name!r} is already registered")
-    STAGES[name] = Stage(name, make_engine, generate or _greedy, layerwise)
+    STAGES[name] = Stage(name, make_engine, generate or _greedy, layerwise, needs_path)
     return STAGES[name]
 
 
@@ -68,9 +83,10 @@ register("l3_paged[triton]", lambda model, n: PagedEngine(model, _blocks(n), BLO
 register("l4_sampler[t=0]", STAGES["l3_paged[triton]"].make_engine, _sample_t0)
 
 
-def _demo_engine(model, n_tokens, build_engine, num_blocks, **kw):
+def _demo_engine(model, n_tokens, build_engine, num_blocks, given=None, **kw):
     """A scheduler stage's engine with its smoke script's small budget and pool (grown only if
-    this request alone would not fit), so the prompt is chunked and the pool runs dry."""
+    this request alone would not fit), so the prompt is chunked and the pool runs dry. ``given``:
+    what the engine's model slot gets instead of the loaded ``model`` (a Checkpoint to load)."""
     from l5_scheduler.config import make_config
 
     from . import l5_demo as demo
@@ -78,7 +94,7 @@ def _demo_engine(model, n_tokens, build_engine, num_blocks, **kw):
     p = next(model.parameters())
     cfg = make_config(model.cfg, str(p.device), p.dtype, block_size=demo.BLOCK_SIZE,
                       num_gpu_blocks_override=blocks, max_num_batched_tokens=demo.BUDGET)
-    return build_engine(model, None, cfg, impl="triton", check=True, keep_logits=True, **kw)
+    return build_engine(given or model, None, cfg, impl="triton", check=True, keep_logits=True, **kw)
 
 
 def _run_usual(engine, rid) -> Generation:
@@ -168,47 +184,13 @@ def select(names: str | None) -> list[Stage]:
     return [s for s in STAGES.values() if s.name in asked]
 
 
-def run_stages(model, prompt_ids, max_new_tokens, only=None) -> dict[str, Generation]:
+def run_stages(model, prompt_ids, max_new_tokens, only=None, path=None) -> dict[str, Generation]:
     """Run each stage (all, or the names in ``only``) on the same prompt; logits are kept."""
     n = len(prompt_ids) + max_new_tokens
     eos = model.cfg.eos_token_ids
     stages = select(",".join(only)) if only is not None else list(STAGES.values())
-    return {s.name: s.generate(s.make_engine(model, n), prompt_ids, max_new_tokens, eos,
+    return {s.name: s.generate(s.engine(model, n, path), prompt_ids, max_new_tokens, eos,
                                model.cfg.max_position_embeddings) for s in stages}
-
-
-def hf_model(path, device, dtype):
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device).eval()
-
-
-def hf_generate(path, prompt_ids, max_new_tokens, device, dtype) -> Generation:
-    """The oracle: transformers' own model class and generate(), on the same checkpoint files."""
-    hf = hf_model(path, device, dtype)
-    out = hf.generate(torch.tensor([prompt_ids], device=device), max_new_tokens=max_new_tokens,
-                      do_sample=False, top_k=None, top_p=None, temperature=None,
-                      output_logits=True, return_dict_in_generate=True)
-    ids = out.sequences[0, len(prompt_ids):].tolist()
-    logits = [step[0].float().cpu() for step in out.logits]
-    reason = "length" if len(ids) == max_new_tokens else "stop"     # vLLM's finish_reason names
-    return Generation(ids, reason, logits)
-
-
-def compare(ref: Generation, gen: Generation) -> dict:
-    """Tokens identical?, first differing step, max |logit diff| before it, oracle's top-1 margin there."""
-    first = next((i for i, (a, b) in enumerate(zip(ref.token_ids, gen.token_ids)) if a != b), None)
-    if first is None and len(ref.token_ids) != len(gen.token_ids):
-        first = min(len(ref.token_ids), len(gen.token_ids))
-    upto = len(ref.token_ids) if first is None else first
-    diff = max((float((a - b).abs().max()) for a, b in zip(ref.logits[:upto], gen.logits[:upto])), default=0.0)
-    margin = None
-    if first is not None and first < len(ref.logits):
-        top2 = ref.logits[first].topk(2).values
-        margin = float(top2[0] - top2[1])
-    return {"identical": first is None, "first_diff": first, "max_logit_diff": diff, "margin_at_diff": margin}
 
 
 def _l8_engine(model, n_tokens):
@@ -257,3 +239,52 @@ def _l11_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) ->
 
 
 register("l11_spec_decode", _l11_engine, _l11_generate, layerwise=False)
+
+
+def _l12_engine(model, n_tokens, path):
+    """Stage 12: stage 11's engine over two ranks (gloo on a CPU, NCCL on two GPUs), the sharing
+    workload; the other rank loads its slices from ``path``."""
+    import torch
+
+    from pathlib import Path
+
+    from l5_scheduler.assemble import Checkpoint
+    from l12_tensor_parallel import build_engine
+
+    from . import l6_demo as demo
+    p = next(model.parameters())
+    if p.device.type == "cuda" and torch.cuda.device_count() < 2:
+        raise Skipped("needs two GPUs (tensor_parallel_size 2), this machine shows one")
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, given=Checkpoint(Path(path), str(p.device), p.dtype),
+                        enable_prefix_caching=True, tensor_parallel_size=2)
+
+
+def _l12_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:
+    """Stage 6's workload through both ranks; the workers stop after it."""
+    group = engine.model.tensor_parallel
+    try:
+        gen = _l6_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len)
+        if group.sent.steps + group.sent.replays == 0:
+            raise AssertionError("the l12 row sent no step to the other rank: it would not test tensor parallelism")
+    finally:
+        group.close()
+    return gen
+
+
+register("l12_tensor_parallel", _l12_engine, _l12_generate, layerwise=False, needs_path=True)
+
+
+def _l13_engine(model, n_tokens):
+    """Stage 13: batch_invariant=True (its matmul and attention), the sharing workload."""
+    from l13_batch_invariant import build_engine
+
+    from . import l6_demo as demo
+    engine = _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True,
+                          batch_invariant=True)
+    if engine.chosen.get("ops") != "l13_batch_invariant":
+        raise AssertionError("the l13 row runs without its invariant ops: it would not test stage 13")
+    return engine
+
+
+register("l13_batch_invariant", _l13_engine, _l6_generate, layerwise=False)
+

@@ -21,7 +21,7 @@ from l5_scheduler.assemble import Stage
 from l5_scheduler.llm import entry_points
 from l8_sliding_window.stage import windowed
 from l12_tensor_parallel.stage import STAGES as BEFORE
-from plumbing.errors import UserError
+from plumbing.errors import UserError, WindowsUnsupported
 
 from .cache import InvariantKVCache
 from .ops import InvariantOps
@@ -43,8 +43,8 @@ def refuse(a) -> None:
         raise UserError(f"batch_invariant keeps K/V in the model's dtype: kv_cache_dtype={x.kv_cache_dtype!r} has its "
                         "own attention kernel, not made invariant yet. Use kv_cache_dtype='auto'.")
     if windowed(a):
-        raise UserError("batch_invariant covers full-attention checkpoints: this one has sliding windows, whose "
-                        "attention kernel is not made invariant yet.")
+        raise WindowsUnsupported("batch_invariant covers full-attention checkpoints: this one has sliding windows, "
+                                 "whose attention kernel is not made invariant yet. Leave batch_invariant off.")
     if x.impl != "triton":
         raise UserError(f"batch_invariant needs the Triton kernels (impl={x.impl!r}): pass impl='triton' (on a CPU "
                         "they run through the interpreter, slowly).")

@@ -12,4 +12,5 @@ class UserError(ValueError):
 
 class WindowsUnsupported(UserError):
     """A checkpoint with sliding windows given to a stage whose KV cache attends to every key
-    (stages 1-7). ``check_chain.py`` lists it as that stage's refusal, and nothing else."""
+    (stages 1-7, and stage 13's invariant attention). ``check_chain.py`` lists it as that stage's
+    refusal, and nothing else."""

@@ -17,24 +17,27 @@ from plumbing.cli import base_parser, note, run_main
 from harness.smoke import load
 
 
-def print_refusals(refused: dict) -> None:
+def print_refusals(refused: dict, skipped: dict) -> None:
     for name in refused:
-        print(f"| {name:<18} | refused: the checkpoint has sliding windows, this stage does not implement them |")
+        print(f"| {name:<19} | refused: the checkpoint has sliding windows, this stage does not implement them |")
+    for name, why in skipped.items():
+        print(f"| {name:<19} | skipped: {why} |")
 
 
 def print_table(results: dict) -> None:
-    print(f"| {'stage':<18} | tokens identical | first diff | max abs logit diff | margin at diff |")
-    print(f"|{'-' * 20}|------------------|------------|--------------------|----------------|")
+    print(f"| {'stage':<19} | tokens identical | first diff | max abs logit diff | margin at diff |")
+    print(f"|{'-' * 21}|------------------|------------|--------------------|----------------|")
     for name, (gen, c) in results.items():
         first = "-" if c["first_diff"] is None else str(c["first_diff"])
         margin = "-" if c["margin_at_diff"] is None else f"{c['margin_at_diff']:.3g}"
-        print(f"| {name:<18} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
+        print(f"| {name:<19} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
               f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
 
 
 def fp8_line(ref, ld, n, args, seconds) -> dict:
     """Stage 9 with an fp8 KV cache on the same workload: lossy by design, so compared, not judged."""
-    from harness.stages import FP8_LINE, compare
+    from harness.stages import FP8_LINE
+    from harness.oracle import compare
     name, make, generate = FP8_LINE
     t0 = time.perf_counter()
     cfg = ld.model.cfg
@@ -53,6 +56,35 @@ def print_fp8_line(c: dict, margins: list) -> None:
           f"({where}); max abs logit diff before it {c['max_logit_diff']:.3g}")
 
 
+def run_rows(stages, ld, args, ref, seconds) -> tuple[dict, dict, dict]:
+    """Each stage's generation on the prompt, compared with the oracle's ``ref``: (results, refused,
+    skipped); each row's seconds go into ``seconds``."""
+    from harness.oracle import compare
+    from harness.stages import Skipped
+    from l1_dense.checkpoint import resolve_model_dir
+    from plumbing.errors import WindowsUnsupported
+    n, cfg = len(ld.prompt_ids) + args.max_new_tokens, ld.model.cfg
+    eos, ctx = cfg.eos_token_ids, cfg.max_position_embeddings
+    results, refused, skipped = {}, {}, {}
+    for s in stages:                         # progress on stderr: the Triton rows are slow on a CPU
+        t0 = time.perf_counter()
+        try:
+            gen = s.generate(s.engine(ld.model, n, resolve_model_dir(args.model)), ld.prompt_ids,
+                             args.max_new_tokens, eos, ctx)
+        except WindowsUnsupported as e:      # stages 1-7 and 13 refuse a windowed checkpoint, as they must
+            refused[s.name] = str(e)
+            print(f"  ... {s.name}: refused ({str(e)[:80]}...)", file=sys.stderr, flush=True)
+            continue
+        except Skipped as e:                 # stage 12 on a machine with one GPU
+            skipped[s.name] = str(e)
+            print(f"  ... {s.name}: skipped ({e})", file=sys.stderr, flush=True)
+            continue
+        seconds[s.name] = time.perf_counter() - t0
+        print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)
+        results[s.name] = (gen, compare(ref, gen))
+    return results, refused, skipped
+
+
 def main(argv=None) -> int:
     p = base_parser("check_chain", __doc__)
     p.add_argument("--no-fp8-line", action="store_true",
@@ -61,8 +93,8 @@ def main(argv=None) -> int:
                    help="comma-separated subset of stages to run, e.g. 'l1_dense,l5_scheduler' "
                         "(default: all; an unknown name lists them)")
     args = p.parse_args(argv)                # a bad flag stops here, before torch loads
-    from harness.stages import compare, hf_generate, select
-    from plumbing.errors import WindowsUnsupported
+    from harness.oracle import hf_generate
+    from harness.stages import select
     from l1_dense.checkpoint import resolve_model_dir
     from l1_dense.generate import check_prompt
     stages = select(args.stages)             # unknown names fail here, before the model loads
@@ -73,20 +105,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     ref = hf_generate(resolve_model_dir(args.model), ld.prompt_ids, args.max_new_tokens,
                       ld.device, next(ld.model.parameters()).dtype)
-    n, eos, ctx = len(ld.prompt_ids) + args.max_new_tokens, ld.model.cfg.eos_token_ids, ld.model.cfg.max_position_embeddings
     seconds = {"oracle": time.perf_counter() - t0}
-    results, refused = {}, {}
-    for s in stages:                         # progress on stderr: the Triton rows are slow on a CPU
-        t0 = time.perf_counter()
-        try:
-            gen = s.generate(s.make_engine(ld.model, n), ld.prompt_ids, args.max_new_tokens, eos, ctx)
-        except WindowsUnsupported as e:      # stages 1-7 refuse a windowed checkpoint, as they must
-            refused[s.name] = str(e)
-            print(f"  ... {s.name}: refused ({str(e)[:80]}...)", file=sys.stderr, flush=True)
-            continue
-        seconds[s.name] = time.perf_counter() - t0
-        print(f"  ... {s.name}: {seconds[s.name]:.1f} s", file=sys.stderr, flush=True)
-        results[s.name] = (gen, compare(ref, gen))
+    results, refused, skipped = run_rows(stages, ld, args, ref, seconds)
+    n = len(ld.prompt_ids) + args.max_new_tokens
     fp8 = fp8_line(ref, ld, n, args, seconds) if "l9_fp8_kv" in results and not args.no_fp8_line else None
 
     margins = [float(t.topk(2).values[0] - t.topk(2).values[1]) for t in ref.logits]
@@ -96,7 +117,7 @@ def main(argv=None) -> int:
     print(f"oracle top-1 margin  : min {min(margins):.4g} over the {len(margins)} steps")
     print()
     print_table(results)
-    print_refusals(refused)
+    print_refusals(refused, skipped)
     if fp8 is not None:
         print_fp8_line(fp8, margins)
     bad = [n for n, (_, c) in results.items() if not c["identical"]]
@@ -109,7 +130,8 @@ def main(argv=None) -> int:
         print(f"chain: MISMATCH in {', '.join(bad)}")
         return 1
     print(f"chain: OK, {len(results)} stage(s) emit the oracle's {len(ref.token_ids)} tokens exactly"
-          + (f"; {len(refused)} refused the windowed checkpoint, as they must" if refused else ""))
+          + (f"; {len(refused)} refused the windowed checkpoint, as they must" if refused else "")
+          + (f"; {len(skipped)} skipped ({', '.join(skipped)}: see the table)" if skipped else ""))
     return 0
 
 

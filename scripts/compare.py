@@ -58,7 +58,8 @@ def check_side(side: str, flag: str) -> None:
 
 def continuation(side, ld, path, n_new) -> list[int]:
     """Side A's own greedy continuation of the prompt: the tokens both sides are fed."""
-    from harness.stages import STAGES, hf_generate
+    from harness.stages import STAGES
+    from harness.oracle import hf_generate
     eos = ld.model.cfg.eos_token_ids
     if side == "hf":
         return hf_generate(path, ld.prompt_ids, n_new, ld.device, next(ld.model.parameters()).dtype).token_ids
@@ -70,7 +71,8 @@ def continuation(side, ld, path, n_new) -> list[int]:
 def hidden_states(side, ld, path, tokens, n_prompt, plant=None):
     """Per layer, the outputs at positions 0 .. len(tokens) - 2: list of [len(tokens) - 1, hidden]."""
     import torch
-    from harness.stages import STAGES, hf_model
+    from harness.stages import STAGES
+    from harness.oracle import hf_model
     if side == "hf":
         hf = hf_model(path, ld.device, next(ld.model.parameters()).dtype)
         layers = hf.model.layers

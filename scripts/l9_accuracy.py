@@ -95,7 +95,7 @@ def compare(hf, prompts, runs, bound):
 
 
 def run(args) -> int:
-    from harness.stages import hf_model
+    from harness.oracle import hf_model
     from l1_dense.checkpoint import resolve_model_dir
     from plumbing.cli import dtype_name_of, torch_dtype
     from plumbing.runtime import default_device, default_dtype

@@ -126,7 +126,7 @@ def oracle(model: str):
     """Transformers' model of the checkpoint (float32, CPU), loaded once: (model, greedy tokens per prompt)."""
     if model not in _HF:
         import torch
-        from harness.stages import hf_model
+        from harness.oracle import hf_model
         from l1_dense.checkpoint import resolve_model_dir
         hf = hf_model(resolve_model_dir(model), "cpu", torch.float32)
         greedy = [hf.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False, top_k=None, top_p=None,

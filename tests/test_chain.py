@@ -19,7 +19,11 @@ from harness.stages import STAGES
 # tier's scripts/l11_identity.py test. On tiny-qwen3 each stage is its own test (its tokens
 # against the oracle's, hence against every other stage's), so that make test's xdist workers
 # can share them out (tests/conftest.py's SPLIT).
-DEFAULT_TIER = [s for s in STAGES if s not in ("l8_sliding_window", "l9_fp8_kv", "l11_spec_decode")]
+# Stages 12 and 13 likewise: the default tier's test_l12_engine.py holds tp 2 equal to transformers on
+# the feature matrix's workload and tp 1 equal to stage 11 part for part; test_l13_stage.py and
+# test_l13_invariance.py hold stage 13's parts and kernels (its engine rows are deep).
+DEFAULT_TIER = [s for s in STAGES if s not in ("l8_sliding_window", "l9_fp8_kv", "l11_spec_decode",
+                                               "l12_tensor_parallel", "l13_batch_invariant")]
 
 
 @pytest.mark.parametrize("family,stages", [("qwen3", s) for s in DEFAULT_TIER]
@@ -48,7 +52,8 @@ def test_every_registered_stage_is_a_compare_side_and_unknown_sides_are_refused(
     with pytest.raises(UserError, match="l4_sampler"):
         check_side("l5", "--b")
     batch_only = [n for n, s in STAGES.items() if not s.layerwise]
-    assert batch_only == ["l5_scheduler", "l6_prefix_cache", "l7_fast", "l8_sliding_window", "l9_fp8_kv", "l11_spec_decode"]
+    assert batch_only == ["l5_scheduler", "l6_prefix_cache", "l7_fast", "l8_sliding_window", "l9_fp8_kv", "l11_spec_decode",
+                          "l12_tensor_parallel", "l13_batch_invariant"]
     for name in batch_only:
         with pytest.raises(UserError, match="serves a whole batch"):
             check_side(name, "--b")
@@ -62,3 +67,22 @@ def test_compare_refuses_what_it_cannot_do(argv, needle):
     from compare import main as compare_main
     with pytest.raises(UserError, match=needle):
         compare_main(argv)
+
+
+def test_a_row_this_machine_cannot_run_is_listed_as_skipped_and_not_judged(monkeypatch, capsys):
+    """Stage 12's row needs two GPUs where it runs on GPUs: on one it says so, and the others are judged."""
+    import dataclasses
+
+    import harness.stages as hs
+
+    def one_gpu(model, n_tokens, path):
+        raise hs.Skipped("needs two GPUs (tensor_parallel_size 2), this machine shows one")
+    monkeypatch.setitem(hs.STAGES, "l12_tensor_parallel",
+                        dataclasses.replace(hs.STAGES["l12_tensor_parallel"], make_engine=one_gpu))
+    rc = check_chain(["--stages", "l1_dense,l12_tensor_parallel", "--no-fp8-line"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "| l12_tensor_parallel | skipped: needs two GPUs" in out
+    assert "chain: OK, 1 stage(s) emit the oracle's 20 tokens exactly; 1 skipped (l12_tensor_parallel" in out
+    rc = check_chain(["--stages", "l12_tensor_parallel", "--no-fp8-line"])     # nothing judged: no OK
+    assert rc == 1 and "chain: NOTHING COMPARED" in capsys.readouterr().out

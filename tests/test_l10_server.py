@@ -21,7 +21,7 @@ def _client(base, **kw):
 
 
 def _hf_greedy(family, prompt_ids, n):
-    from harness.stages import hf_generate
+    from harness.oracle import hf_generate
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return hf_generate(tiny_checkpoint(family), prompt_ids, n, device, dtype).token_ids

@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from harness.stages import hf_generate, run_stages
+from harness.stages import run_stages
+from harness.oracle import hf_generate
 from l1_dense.checkpoint import load_model
 from l1_dense.config import ModelConfig
 from plumbing.errors import UserError

@@ -4,7 +4,7 @@ preemption; bad requests fail alone; the API returns what vLLM's does."""
 import pytest
 import torch
 
-from harness.stages import hf_generate
+from harness.oracle import hf_generate
 from plumbing.errors import UserError
 from plumbing.runtime import default_device
 from l3_paged.engine import PagedEngine

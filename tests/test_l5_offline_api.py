@@ -27,7 +27,7 @@ def llm():
 
 @pytest.fixture(scope="module")
 def hf(llm):
-    from harness.stages import hf_model
+    from harness.oracle import hf_model
     from plumbing.tiny import tiny_checkpoint
     return hf_model(tiny_checkpoint(), "cpu", torch.float32)
 

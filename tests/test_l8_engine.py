@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from harness.stages import hf_generate
+from harness.oracle import hf_generate
 from l8_sliding_window import LLM, SamplingParams
 from plumbing.runtime import default_device
 from plumbing.tiny import tiny_checkpoint

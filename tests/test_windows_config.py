@@ -69,7 +69,7 @@ def test_stages_without_windows_refuse_a_windowed_checkpoint(tiny, stage):
 
 def test_the_window_changes_transformers_tokens(tmp_path):
     """The premise of the refusal and of stage 8's tests: on these checkpoints the window matters."""
-    from harness.stages import hf_generate
+    from harness.oracle import hf_generate
     for family in ("mistral", "qwen2-hybrid"):
         src, dst = tiny_checkpoint(family), tmp_path / family
         shutil.copytree(src, dst)
