@@ -17,20 +17,25 @@ from plumbing.cli import base_parser, note, run_main
 from harness.smoke import load
 
 
-def print_refusals(refused: dict, skipped: dict) -> None:
+def print_refusals(refused: dict, skipped: dict, w: int) -> None:
     for name in refused:
-        print(f"| {name:<19} | refused: the checkpoint has sliding windows, this stage does not implement them |")
+        print(f"| {name:<{w}} | refused: the checkpoint has sliding windows, this stage does not implement them |")
     for name, why in skipped.items():
-        print(f"| {name:<19} | skipped: {why} |")
+        print(f"| {name:<{w}} | skipped: {why} |")
 
 
-def print_table(results: dict) -> None:
-    print(f"| {'stage':<19} | tokens identical | first diff | max abs logit diff | margin at diff |")
-    print(f"|{'-' * 21}|------------------|------------|--------------------|----------------|")
+def name_width(*names) -> int:
+    """The stage column: 18 wide, or the longest name the table shows (l12_tensor_parallel: 19)."""
+    return max([18, *(len(n) for group in names for n in group)])
+
+
+def print_table(results: dict, w: int) -> None:
+    print(f"| {'stage':<{w}} | tokens identical | first diff | max abs logit diff | margin at diff |")
+    print(f"|{'-' * (w + 2)}|------------------|------------|--------------------|----------------|")
     for name, (gen, c) in results.items():
         first = "-" if c["first_diff"] is None else str(c["first_diff"])
         margin = "-" if c["margin_at_diff"] is None else f"{c['margin_at_diff']:.3g}"
-        print(f"| {name:<19} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
+        print(f"| {name:<{w}} | {'yes' if c['identical'] else 'NO':<16} | {first:>10} | "
               f"{c['max_logit_diff']:>18.3e} | {margin:>14} |")
 
 
@@ -116,8 +121,9 @@ def main(argv=None) -> int:
     print(f"oracle (HF generate) : {ref.token_ids}")
     print(f"oracle top-1 margin  : min {min(margins):.4g} over the {len(margins)} steps")
     print()
-    print_table(results)
-    print_refusals(refused, skipped)
+    w = name_width(results, refused, skipped)
+    print_table(results, w)
+    print_refusals(refused, skipped, w)
     if fp8 is not None:
         print_fp8_line(fp8, margins)
     bad = [n for n, (_, c) in results.items() if not c["identical"]]

@@ -49,10 +49,10 @@ def profile(path: str, invariant: bool, batch: int, steps: int = 32) -> None:
     torch.cuda.empty_cache()
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, nargs="+", default=[1, 64])
-    a = ap.parse_args()
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 64], help="running requests (default 1 64)")
+    a = ap.parse_args(argv)
     from benchmarks.outputs import scratch_dir
     from harness.random_checkpoint import build_checkpoint
     path = build_checkpoint(os.path.join(scratch_dir("bench_l13_cost"), "qwen3-0.6b-random"), "Qwen/Qwen3-0.6B")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
-import sys
 
 import torch
 import triton
@@ -47,7 +46,11 @@ def run(x, w, tile, k_chunk=mm.K_CHUNK, split=False):
     return out
 
 
-def main():
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", nargs="?", default="l13_tiles.json", help="where the JSON goes (default l13_tiles.json)")
+    a = ap.parse_args(argv)
     torch.manual_seed(0)
     res = dict(device=torch.cuda.get_device_name(), bits=[], chunk_bits=[], times=[])
     for name, N, K in SHAPES:
@@ -96,9 +99,8 @@ def main():
             print(f"(c) {name} M={M}: shipped {base:.1f} us, cuBLAS {cub:.1f} us, best: "
                   + "; ".join(f"{t:.1f} us {tl_} kc {kc}{' split' if sp else ''}" for t, tl_, kc, sp in best[:4]),
                   flush=True)
-    out = sys.argv[1] if len(sys.argv) > 1 else "l13_tiles.json"
-    json.dump(res, open(out, "w"), indent=1)
-    print("wrote", out)
+    json.dump(res, open(a.out, "w"), indent=1)
+    print("wrote", a.out)
 
 
 if __name__ == "__main__":
