@@ -3,8 +3,8 @@
     python -m benchmarks.studies.l13_tiles            # one GPU, ~2 minutes
 
 (a) bits: the kernel's output under every (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) below,
-    K_CHUNK fixed, against the shipped tile, at the 0.6B and 8B shapes, M = 1, 7, 64, 256, 300.
-    A tile that gives other bits for any row may not be chosen by M.
+    K_CHUNK fixed, against the interpreter's tile (REFERENCE), at the 0.6B and 8B shapes, M = 1, 7,
+    64, 256, 300. A tile that gives other bits for any row may not be chosen by M.
 (b) bits: K_CHUNK 256 / 512 against 1024 (expected to differ: the chunks are the sum's shape).
 (c) time (CUDA graph, L2 flushed) of each tile at M = 1, 64, 256, 2048, fold and split launches.
 """
@@ -15,11 +15,11 @@ import itertools
 import json
 
 import torch
-import triton
 
 from benchmarks.timing import graph_ms
 
 mm = importlib.import_module("l13_batch_invariant.matmul")   # (the package exports the function by that name)
+REFERENCE, Tile = mm.REFERENCE, mm.Tile
 
 SHAPES = (("0.6B qkv", 4096, 1024), ("0.6B o_proj", 1024, 2048), ("0.6B gate_up", 6144, 1024),
           ("0.6B down", 1024, 3072), ("8B qkv", 6144, 4096), ("8B down", 4096, 12288))
@@ -28,22 +28,9 @@ TILES = [(bm, bn, bk, w, s) for bm, bn, bk, w, s in itertools.product((16, 64, 1
          if not (bm == 128 and bn == 256 and bk == 128) and not (bm == 16 and w == 8)]
 
 
-def run(x, w, tile, k_chunk=mm.K_CHUNK, split=False):
-    bm, bn, bk, nw, ns = tile
-    M, K = x.shape
-    N = w.shape[0]
-    out = torch.empty(M, N, device=x.device, dtype=x.dtype)
-    chunks = triton.cdiv(K, k_chunk)
-    split = split and chunks > 1
-    parts = torch.empty(chunks, M, N, device=x.device, dtype=torch.float32) if split else out
-    grid = (triton.cdiv(M, bm), triton.cdiv(N, bn)) + ((chunks,) if split else ())
-    mm._chunked_matmul_kernel[grid](x, w, out, out, parts, M, N, K, x.stride(0), w.stride(0), out.stride(0),
-                                    HAS_BIAS=False, SPLIT=split, EVEN_K=K % bk == 0, BLOCK_M=bm, BLOCK_N=bn,
-                                    BLOCK_K=bk, K_CHUNK=k_chunk, UPCAST=False, num_warps=nw, num_stages=ns)
-    if split:
-        mm._sum_chunks_kernel[grid[:2]](parts, out, out, M, N, chunks, out.stride(0), HAS_BIAS=False,
-                                        BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
-    return out
+def run(x, w, tile, k_chunk=None, split=False):
+    """matmul.py's sum with this tile and launch forced (tile: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages))."""
+    return mm.matmul(x, w, tile=Tile(*tile), split=split, k_chunk=k_chunk or mm.K_CHUNK)
 
 
 def main(argv=None):
@@ -56,7 +43,7 @@ def main(argv=None):
     for name, N, K in SHAPES:
         w = (torch.randn(N, K, device="cuda") / K ** 0.5).bfloat16()
         x = torch.randn(2048, K, device="cuda").bfloat16()
-        ref_tile = (64, mm.block_n(N), 64, 4, 3)
+        ref_tile = tuple(REFERENCE)
         ref = run(x[:300], w, ref_tile)
         same, other = [], []
         for tile in TILES:
@@ -67,7 +54,7 @@ def main(argv=None):
                 ok = f"error {type(e).__name__}"
             (same if ok is True else other).append((tile, ok))
         res["bits"].append(dict(shape=name, same=[t for t, _ in same], other=[(t, str(o)) for t, o in other]))
-        print(f"(a) {name}: {len(same)} of {len(TILES)} tiles give the shipped tile's bits; other bits: "
+        print(f"(a) {name}: {len(same)} of {len(TILES)} tiles give the reference tile's bits; other bits: "
               f"{[t for t, o in other if o is False]}; errors: {[t for t, o in other if o is not False]}", flush=True)
         for kc in (256, 512):
             eq = torch.equal(run(x[:300], w, ref_tile, k_chunk=kc), ref)
@@ -92,11 +79,11 @@ def main(argv=None):
                         continue
                     best.append((t, tile, kc, split))
             best.sort()
-            base = graph_ms(lambda: run(a, w, ref_tile, 1024, mm.wants_split(M, N, K, 132)), reps=5, trials=3) * 1e3
+            base = graph_ms(lambda: mm.matmul(a, w), reps=5, trials=3) * 1e3          # the host's pick
             cub = graph_ms(lambda: torch.nn.functional.linear(a, w), reps=5, trials=3) * 1e3
-            res["times"].append(dict(shape=name, M=M, shipped_us=base, cublas_us=cub,
+            res["times"].append(dict(shape=name, M=M, picked_us=base, cublas_us=cub,
                                      best=[dict(us=t, tile=tl_, k_chunk=kc, split=sp) for t, tl_, kc, sp in best[:5]]))
-            print(f"(c) {name} M={M}: shipped {base:.1f} us, cuBLAS {cub:.1f} us, best: "
+            print(f"(c) {name} M={M}: the host's pick {base:.1f} us, cuBLAS {cub:.1f} us, best: "
                   + "; ".join(f"{t:.1f} us {tl_} kc {kc}{' split' if sp else ''}" for t, tl_, kc, sp in best[:4]),
                   flush=True)
     json.dump(res, open(a.out, "w"), indent=1)
