@@ -81,12 +81,11 @@ def describe(llm, name: str, engine: str = "") -> str:
     cfg, p, runner = eng.config, next(llm.model.parameters()), eng.runner
     impl = "PyTorch attention" if runner.cache.impl == "torch" else "Triton kernels"
     impl += ", CUDA graphs" if getattr(runner, "graphs", None) else ""
-    args = getattr(eng, "args", None)                                      # the options it was built from
-    kv, tp = getattr(args, "kv_cache_dtype", "auto"), getattr(args, "tensor_parallel_size", 1)
+    kv = getattr(getattr(eng, "args", None), "kv_cache_dtype", "auto")     # the options it was built from
     steps = f"{engine}'s engine, {type(eng.step_order).__name__}" if engine else type(eng.step_order).__name__
     return (f"{name} on {p.device.type} ({str(p.dtype).replace('torch.', '')}, {impl}) | {steps} | KV "
             f"{cfg.num_blocks} blocks x {cfg.block_size} tokens{'' if kv == 'auto' else f' ({kv})'} | max_model_len "
-            f"{cfg.max_model_len} | max_num_seqs {cfg.max_num_seqs}" + (f" | tensor_parallel_size {tp}" if tp > 1 else ""))
+            f"{cfg.max_model_len} | max_num_seqs {cfg.max_num_seqs}")
 
 
 def make_server(model: str | None, llm_kwargs: dict, name: str | None = None, *, host: str = "127.0.0.1",

@@ -39,7 +39,6 @@ def test_tp2_serves_the_offline_tokens_and_leaves_no_rank_behind():
     want = [o.outputs[0].token_ids for o in LLM("tiny-qwen3", **same).generate(
         PROMPTS, SamplingParams(max_tokens=12, temperature=0), use_tqdm=False)]
     with running_server("tiny-qwen3", tensor_parallel_size=2, dtype="float32") as (base, server):
-        assert server.describe.endswith("| tensor_parallel_size 2"), server.describe    # (the latest stage's LLM)
         core = server.async_llm.proc.pid
         ranks = {core} | _children(core)
         assert len(ranks) >= 2                                  # the engine core and its worker rank (at least)
