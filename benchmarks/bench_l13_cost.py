@@ -90,7 +90,7 @@ def measure(path, device, dtype, invariant: bool, a, bw, tf) -> dict:
     if bw:
         row["e2e_floor_fraction"] = roofline(stats, cfg, bw, tf)["floor_memory_s"] / e2e["seconds"]
         weights = sum(p.numel() * p.element_size() for p in llm.model.parameters())
-        row["single_floor_fraction"] = weights / (bw * 1e9 / 2) * 1e3 / ms     # bw counts read + write
+        row["single_floor_fraction"] = weights / (bw * 1e9) * 1e3 / ms     # bytes / copy rate, as the e2e floor
     say(f"batch_invariant={invariant}: e2e {row['e2e_tok_per_s']:,.0f} tok/s ({e2e['seconds']:.1f} s, {e2e['steps']} "
         f"steps), one stream {ms:.3f} ms/token")
     del llm
@@ -130,6 +130,8 @@ def main(argv=None) -> None:
     a = parse(argv)
     if a.replot:
         from plumbing.plot import pyplot
+        if a.quick or a.out or a.num_requests != 256:
+            print("note: --quick, --out and --num-requests are ignored with --replot: it draws the PNG beside the JSON")
         import json
         plt, stem = pyplot(), os.path.splitext(a.replot)[0]
         if plt is not None:
@@ -141,6 +143,8 @@ def main(argv=None) -> None:
     from harness.random_checkpoint import build_checkpoint
     from plumbing.tiny import tiny_checkpoint
     if a.quick:
+        if a.num_requests != 256:
+            print(f"note: --num-requests {a.num_requests} is ignored with --quick (8 short requests)")
         path, model, dtype, a.num_requests = str(tiny_checkpoint("qwen3")), "tiny-qwen3", torch.float32, 8
     else:
         path = build_checkpoint(os.path.join(scratch_dir("bench_l13_cost"), "qwen3-0.6b-random"), "Qwen/Qwen3-0.6B")

@@ -281,8 +281,8 @@ def _l13_engine(model, n_tokens):
     from . import l6_demo as demo
     engine = _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, enable_prefix_caching=True,
                           batch_invariant=True)
-    if engine.chosen.get("ops") != "l13_batch_invariant":
-        raise AssertionError("the l13 row runs without its invariant ops: it would not test stage 13")
+    if engine.chosen.get("ops") != "l13_batch_invariant" or engine.chosen.get("kv_cache") != "l13_batch_invariant":
+        raise AssertionError("the l13 row runs without its invariant ops and attention: it would not test stage 13")
     return engine
 
 

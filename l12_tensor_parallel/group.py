@@ -114,8 +114,9 @@ class TensorParallel:
             raise
         self.store, self.comm = store, Comm(self.pg, 0, tp, peer)
         if spec.backend == "nccl":                   # a GPU waiting on a dead rank: seen by a thread (lifecycle.py)
-            watch(self.procs, self._held, lambda p: f"tensor-parallel rank {self.procs.index(p) + 1} (pid {p.pid}) "
-                                                    f"{how(p)}; the engine stops.")
+            procs = self.procs                       # (not self: the watch thread would keep the group alive)
+            watch(procs, self._held, lambda p: f"tensor-parallel rank {procs.index(p) + 1} (pid {p.pid}) "
+                                               f"{how(p)}; the engine stops.")
 
     def _wait_ready(self) -> None:
         """Every worker says "ready" (or its error, raised here in one line); a death is seen at once."""

@@ -56,7 +56,12 @@ def watch(procs, held: dict, describe) -> threading.Thread:
 
 
 def how(p) -> str:
-    code = p.exitcode                  # None also where another thread's wait reaped it first (ECHILD here)
+    code = p.exitcode
+    for _ in range(50):                # None also while another thread's wait, which reaped it, records its code
+        if code is not None or not mpc.wait([p.sentinel], timeout=0):
+            break
+        time.sleep(0.01)
+        code = p.exitcode
     if code is None:
         return "exited" if mpc.wait([p.sentinel], timeout=0) else "is running"
     return f"was killed by signal {-code}" if code < 0 else f"exited ({code})"

@@ -180,7 +180,8 @@ def matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
            k_chunk: int = K_CHUNK, block_k: int | None = None, tile: Tile | None = None) -> torch.Tensor:
     """``x @ weight.T + bias`` [M, N], each row's bits independent of M. ``split`` and ``tile``: None
     lets the host choose (``wants_split``, ``pick_tile``); given, they force a launch (tests: any
-    choice gives the same bits). ``k_chunk`` and ``block_k`` exist so a test can plant a reduction
+    choice gives the same bits), except that ``split=True`` runs the fold where K is one chunk
+    (there is nothing to split). ``k_chunk`` and ``block_k`` exist so a test can plant a reduction
     shape chosen from M (under the interpreter, where ``block_k`` is the tile's K step)."""
     _check(x, weight, bias)
     M, K = x.shape

@@ -58,6 +58,8 @@ class Runner:
         while eng.has_unfinished_requests():
             eng.step()
         req = eng.requests[ids[which]]
+        if len(req.logits) != new:                   # (two empty lists would compare equal)
+            raise AssertionError(f"{len(req.logits)} steps' logits kept for {new} tokens: keep_logits=True?")
         return list(req.output_ids), [t.float().cpu() for t in req.logits], req
 
 
@@ -89,12 +91,16 @@ def scenarios(r: Runner, vocab: int, batches=(2, 16, 128), ks=(1, 2, 3, 4, 5), d
     if cached.scheduler.kv.stats.hits == hits:
         raise AssertionError("the second request found nothing in the prefix cache: the scenario did not happen")
     out["prefix hit"] = (first, second)
-    for k in ks:
-        spec = dict(method="ngram", num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=5)
-        out[f"ngram k={k}"] = (alone, r.run(r.engine(enable_prefix_caching=False, speculative_config=spec, **base), [t]))
+    specs = {f"ngram k={k}": dict(method="ngram", num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=5)
+             for k in ks}
     if draft is not None:
-        spec = dict(method="draft_model", model=draft, num_speculative_tokens=3)
-        out["draft k=3"] = (alone, r.run(r.engine(enable_prefix_caching=False, speculative_config=spec, **base), [t]))
+        specs["draft k=3"] = dict(method="draft_model", model=draft, num_speculative_tokens=3)
+    for name, spec in specs.items():
+        eng = r.engine(enable_prefix_caching=False, speculative_config=spec, **base)
+        verified = eng.step_order.speculator.verify_steps
+        out[name] = (alone, r.run(eng, [t]))
+        if eng.step_order.speculator.verify_steps == verified:
+            raise AssertionError(f"{name}: no step verified a guess: the scenario did not happen")
     return out
 
 

@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     bad = [n for n, (_, c) in results.items() if not c["identical"]]
     print()
     print("time (s)   : " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
-    if not results:                          # cannot happen through select(); never say OK over nothing
+    if not results:                          # every row refused or skipped: never say OK over nothing
         print("chain: NOTHING COMPARED, 0 stages ran")
         return 1
     if bad:

@@ -53,6 +53,8 @@ def run(make, vocab: int, repeats: int, new: int, max_others: int) -> tuple[set,
             req = eng.requests[rid]
             eng.release(rid)                         # the engine forgets it (its kept logits too)
             if is_copy:
+                if len(req.logits) != new:               # (every empty list would hash alike)
+                    raise AssertionError(f"{len(req.logits)} steps' logits kept for {new} tokens")
                 tokens.add(tuple(req.output_ids))
                 h = hashlib.sha256()
                 for t in req.logits:

@@ -2,6 +2,7 @@
 the default device: the interpreter on a CPU, compiled kernels on a GPU). tiny-qwen3 in make test,
 the other two checkpoints in make test-lessons."""
 import pytest
+import torch
 
 from plumbing.errors import UserError
 
@@ -34,7 +35,9 @@ def test_every_stage_matches_hf_generate_for_20_tokens(family, stages, chain_run
     rc, out = chain_run(family, fp8_line=False, stages=stages)
     print(out)
     assert rc == 0, out
-    assert "chain: OK" in out and out.count("| yes ") == (1 if stages else len(STAGES))
+    skipped = out.count(" | skipped: ")          # stage 12's row on a machine with one GPU, and only there
+    assert skipped == 0 or (not stages and torch.cuda.device_count() == 1), out
+    assert "chain: OK" in out and out.count("| yes ") == (1 if stages else len(STAGES) - skipped)
 
 
 @pytest.mark.parametrize("stages", ["l3_paged", "l1_dense,nope", ",", ""])

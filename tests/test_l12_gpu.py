@@ -4,6 +4,7 @@ the Triton kernels, the e4m3 cache and n-gram speculation; decode and prefill st
 graphs captured on both ranks (the workers capture as rank 0 does, and replay what it announces),
 and with enforce_eager every step runs eagerly. A worker killed while rank 0 replays graphs stops
 the engine with one line in bounded time (lifecycle.py's watch)."""
+import faulthandler
 import os
 import signal
 import time
@@ -56,13 +57,20 @@ def test_a_worker_killed_mid_replay_stops_the_engine_with_one_line(capfd):
     for _ in range(20):                                                  # decoding: graphs replayed
         eng.step()
     assert any(m.startswith("graph") for m in eng.runner.mode_log[-5:]), eng.runner.mode_log[-5:]
+    capfd.readouterr()
+    faulthandler.dump_traceback_later(60, exit=True)     # a step that never returns: stacks, and the run ends
     os.kill(worker.pid, signal.SIGKILL)              # a step is in flight (async scheduling): rank 0's GPU in it
     t0, steps = time.monotonic(), 0
-    with pytest.raises(RankFailed) as e:
-        while time.monotonic() - t0 < 30 and eng.has_unfinished_requests():
-            eng.step()
-            steps += 1
+    try:
+        with pytest.raises(RankFailed) as e:
+            while time.monotonic() - t0 < 30 and eng.has_unfinished_requests():
+                eng.step()
+                steps += 1
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     took = time.monotonic() - t0
+    said = [x for x in capfd.readouterr().err.splitlines() if x.startswith("l12_tensor_parallel:")]
+    assert len(said) <= 1, said                      # the watch's line, or none where the step's error came first
     line = str(e.value)
     assert f"tensor-parallel rank 1 (pid {worker.pid}) was killed by signal 9" in line and "\n" not in line
     assert took < 30, took

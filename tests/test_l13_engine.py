@@ -45,7 +45,7 @@ def test_l13_a_requests_logits_alone_equal_its_logits_in_a_batch_with_chunks(tin
 @pytest.mark.deep
 @pytest.mark.parametrize("invariant", [True, False], ids=["batch_invariant", "stage-12-parts"])
 def test_l13_scenarios_on_the_cpu(invariant):
-    """tests/l13_scenarios.py's pairs through the interpreter, float32, tiny Qwen3: with the option none
+    """l13_batch_invariant/scenarios.py's pairs through the interpreter, float32, tiny Qwen3: with the option none
     differs; without it the batch, preemption and speculation pairs do (OpenBLAS and the split count
     pick by the batch even in float32), so the scenarios can tell the two apart."""
     from l13_batch_invariant import scenarios as sc

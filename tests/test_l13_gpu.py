@@ -1,7 +1,7 @@
 """Stage 13 on a GPU, bf16, a random-weight Qwen3-0.6B-shaped checkpoint: with batch_invariant a
 request's logits are the same bits, every step, alone or in batches of 2..128, whole or chunked,
 undisturbed or preempted and recomputed, a prefix-cache miss or hit, decoded plainly or verified by
-n-gram speculation (k 1..5) or a draft model (tests/l13_scenarios.py). Without it the same pairs
+n-gram speculation (k 1..5) or a draft model (l13_batch_invariant/scenarios.py). Without it the same pairs
 differ somewhere (the control: were none to differ, the scenarios would prove nothing), and the
 test prints which, the measured wall of lesson 13. CUDA graphs, async scheduling (off with
 speculation) and the default step order run as shipped."""

@@ -4,7 +4,7 @@ batches are the same bits (l13_batch_invariant/matmul.py, attention.py).
 On a CPU through the Triton interpreter in float32 (its tl.dot is wrong on bfloat16): every tile
 shape is then one NumPy matmul shape, so what the tests see is the reduction ORDER, which is what
 the kernels fix. Each invariance check is run once on a planted batch-dependent choice (a K step
-from M, a split size from the batch) and must fail there. The GPU in bfloat16: scripts/l13_probe.py.
+from M, a split size from the batch) and must fail there. The GPU in bfloat16: tests/test_l13_gpu.py.
 """
 import pytest
 import torch

@@ -19,7 +19,8 @@ def profile(path: str, invariant: bool, batch: int, steps: int = 32) -> None:
 
     from l4_sampler.params import SamplingParams
     from l13_batch_invariant import LLM
-    llm = LLM(path, device="cuda", dtype=torch.bfloat16, batch_invariant=invariant, num_gpu_blocks_override=2048)
+    llm = LLM(path, device="cuda", dtype=torch.bfloat16, batch_invariant=invariant,
+              num_gpu_blocks_override=batch * 48 + 64)      # 512 + 96 tokens a request: no preemption
     eng, rng = llm.llm_engine, random.Random(0)
     for i in range(batch):
         eng.add_request({"prompt_token_ids": [rng.randrange(1000) for _ in range(512)]},
@@ -27,10 +28,13 @@ def profile(path: str, invariant: bool, batch: int, steps: int = 32) -> None:
     for _ in range(steps):                             # prefill and the first decode steps, graphs warm
         eng.step()
     torch.cuda.synchronize()
+    preempted = sum(r.num_preemptions for r in eng.requests.values())
     with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
             eng.step()
         torch.cuda.synchronize()
+    if sum(r.num_preemptions for r in eng.requests.values()) != preempted or preempted:
+        raise AssertionError("a request was preempted: the profile would mix recomputed prefills into decode steps")
     us, n = defaultdict(float), defaultdict(int)
     for e in prof.key_averages():
         if e.device_type == torch.autograd.DeviceType.CUDA and e.self_device_time_total > 0:

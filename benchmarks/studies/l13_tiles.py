@@ -63,7 +63,7 @@ def main(argv=None):
               f"{[r['same_as_1024'] for r in res['chunk_bits'][-2:]]}", flush=True)
         good = [t for t, _ in same]
         for M in (1, 64, 256, 2048):
-            a = x[:M]
+            xm = x[:M]
             best = []
             small = M <= 64                    # decode: narrow tiles, K split finer; prefill: wide tiles, fold
             for tile in good:
@@ -74,13 +74,13 @@ def main(argv=None):
                     if split and K <= kc:
                         continue
                     try:
-                        t = graph_ms(lambda: run(a, w, tile, kc, split), reps=5, trials=3) * 1e3
+                        t = graph_ms(lambda: run(xm, w, tile, kc, split), reps=5, trials=3) * 1e3
                     except Exception:
                         continue
                     best.append((t, tile, kc, split))
             best.sort()
-            base = graph_ms(lambda: mm.matmul(a, w), reps=5, trials=3) * 1e3          # the host's pick
-            cub = graph_ms(lambda: torch.nn.functional.linear(a, w), reps=5, trials=3) * 1e3
+            base = graph_ms(lambda: mm.matmul(xm, w), reps=5, trials=3) * 1e3          # the host's pick
+            cub = graph_ms(lambda: torch.nn.functional.linear(xm, w), reps=5, trials=3) * 1e3
             res["times"].append(dict(shape=name, M=M, picked_us=base, cublas_us=cub,
                                      best=[dict(us=t, tile=tl_, k_chunk=kc, split=sp) for t, tl_, kc, sp in best[:5]]))
             print(f"(c) {name} M={M}: the host's pick {base:.1f} us, cuBLAS {cub:.1f} us, best: "
