@@ -104,5 +104,20 @@ def scenarios(r: Runner, vocab: int, batches=(2, 16, 128), ks=(1, 2, 3, 4, 5), d
     return out
 
 
+def model_for(device: str) -> tuple[str, int, torch.dtype]:
+    """(checkpoint, vocab, dtype) of the lesson's runs: tiny Qwen3 in float32 on a CPU (the
+    interpreter), a random-weight Qwen3-0.6B shape in bf16 on a GPU (built once, out/l13_wall/)."""
+    if device == "cpu":
+        return "tiny-qwen3", 256, torch.float32
+    if not torch.cuda.is_available():
+        from plumbing.errors import UserError
+        raise UserError("--device cuda: no GPU is visible (leave --device out for the CPU run)")
+    import os
+
+    from harness.random_checkpoint import build_checkpoint
+    out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "out", "l13_wall")
+    return build_checkpoint(os.path.join(out, "qwen3-0.6b-random"), "Qwen/Qwen3-0.6B"), 151936, torch.bfloat16
+
+
 def differing(pairs: dict) -> list[str]:
     return [name for name, (a, b) in pairs.items() if not same(a, b)]

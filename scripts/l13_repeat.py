@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import random
 import sys
 import time
@@ -67,21 +66,13 @@ def run(make, vocab: int, repeats: int, new: int, max_others: int) -> tuple[set,
 
 def main(argv=None):
     a = parse(argv)
-    import torch
-
     from l13_batch_invariant import LLM
+    from l13_batch_invariant import scenarios as sc
     cpu = a.device == "cpu"
-    if not cpu and not torch.cuda.is_available():
-        sys.exit("--device cuda: no GPU is visible")
-    if cpu:
-        path, vocab, dtype, others = "tiny-qwen3", 256, torch.float32, 6
-        sizes = dict(num_gpu_blocks_override=400, max_model_len=512, impl="triton")
-    else:
-        from harness.random_checkpoint import build_checkpoint
-        out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "out", "l13_wall")
-        path = build_checkpoint(os.path.join(out, "qwen3-0.6b-random"), "Qwen/Qwen3-0.6B")
-        vocab, dtype, others = 151936, torch.bfloat16, 60
-        sizes = dict(num_gpu_blocks_override=4096, max_model_len=1024, max_num_seqs=128)
+    path, vocab, dtype = sc.model_for(a.device)
+    others = 6 if cpu else 60
+    sizes = dict(num_gpu_blocks_override=400, max_model_len=512, impl="triton") if cpu else \
+        dict(num_gpu_blocks_override=4096, max_model_len=1024, max_num_seqs=128)
     repeats = a.repeats or (24 if cpu else 1000)
     print(f"{path} on {a.device} ({str(dtype)[6:]}): one 60-token prompt {repeats} times, {a.new} greedy tokens, "
           f"in waves of 1-8 copies and 0-{others} other requests", flush=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import time
 
@@ -33,16 +32,10 @@ def main(argv=None):
     from l13_batch_invariant import LLM
     from l13_batch_invariant import scenarios as sc
     cpu = a.device == "cpu"
-    if not cpu and not torch.cuda.is_available():
-        sys.exit("--device cuda: no GPU is visible")
+    path, vocab, dtype = sc.model_for(a.device)
     if cpu:
-        path, vocab, dtype = "tiny-qwen3", 256, torch.float32
         sizes, extra = dict(num_gpu_blocks_override=200, max_model_len=512, impl="triton"), dict(ks=(2,))
     else:
-        from harness.random_checkpoint import build_checkpoint
-        out = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "out", "l13_wall")
-        path = build_checkpoint(os.path.join(out, "qwen3-0.6b-random"), "Qwen/Qwen3-0.6B")
-        vocab, dtype = 151936, torch.bfloat16
         sizes, extra = dict(num_gpu_blocks_override=1024, max_model_len=1024, max_num_seqs=128), dict(draft=path)
     batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else ((2, 4) if cpu else (2, 16, 128))
     results, t0 = {}, time.perf_counter()
