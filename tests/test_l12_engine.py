@@ -226,7 +226,10 @@ def test_a_hung_worker_stops_the_engine_after_the_collective_timeout(monkeypatch
 
 
 SCRIPT = """
-import os, sys
+import faulthandler, os, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)         # the test asks for stacks if it hangs
+signal.signal(signal.SIGINT, signal.default_int_handler)        # a terminal's: an ignored SIGINT is inherited
+# (the deep tier's worker process had SIGINT ignored by an earlier test: this child then ignored Ctrl-C)
 from l12_tensor_parallel import LLM, SamplingParams
 llm = LLM(None, device="cpu", impl="torch", fused_ops=False, tensor_parallel_size=2, num_gpu_blocks_override=32)
 print(*[p.pid for p in llm.llm_engine.model.tensor_parallel.procs], flush=True)
@@ -245,7 +248,13 @@ def test_ctrl_c_in_a_script_stops_every_rank():
         assert pids, p.stderr.read()
         time.sleep(0.5)
         os.killpg(p.pid, signal.SIGINT)                                  # as a terminal does: the whole group
-        p.wait(20)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:                                # rank 0's stacks, then the failure
+            os.kill(p.pid, signal.SIGUSR1)
+            time.sleep(1)
+            os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail(f"rank 0 did not stop within 20 s of Ctrl-C; its stderr:\n{p.communicate()[1][-8000:]}")
         assert "KeyboardInterrupt" in p.stderr.read()
         for pid in pids:
             with pytest.raises(ProcessLookupError):
