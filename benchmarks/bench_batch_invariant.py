@@ -146,8 +146,8 @@ def markdown(res: dict) -> str:
               for r in res["variance"]]
     lines += ["", "| attention | positions | differ: decode, decode split, verify 4 |", "|---|---|---|"]
     lines += [f"| {k} | {v['positions']} | {v['differ']} |" for k, v in res["attention"].items()]
-    lines += ["", "| model | matmul | M | ours µs | torch µs | ours / torch | ours % copy | torch % copy | ours TF/s |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| model | matmul | M | ours µs | torch µs | ours / torch | ours % copy | torch % copy "
+              "| ours TF/s |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['name']} | {r['M']} | {r['ours_us']:.1f} | {r['torch_us']:.1f} | "
               f"{r['ours_over_torch']:.2f}x | {r['ours_pct_copy']:.0f}% | {r['torch_pct_copy']:.0f}% | "
               f"{r['ours_tflops']:.1f} |" for r in res["timings"]]

@@ -244,9 +244,9 @@ register("l11_spec_decode", _l11_engine, _l11_generate, layerwise=False)
 def _l12_engine(model, n_tokens, path):
     """Stage 12: stage 11's engine over two ranks (gloo on a CPU, NCCL on two GPUs), the sharing
     workload; the other rank loads its slices from ``path``."""
-    import torch
-
     from pathlib import Path
+
+    import torch
 
     from l5_scheduler.assemble import Checkpoint
     from l12_tensor_parallel import build_engine
@@ -255,8 +255,9 @@ def _l12_engine(model, n_tokens, path):
     p = next(model.parameters())
     if p.device.type == "cuda" and torch.cuda.device_count() < 2:
         raise Skipped("needs two GPUs (tensor_parallel_size 2), this machine shows one")
-    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, given=Checkpoint(Path(path), str(p.device), p.dtype),
-                        enable_prefix_caching=True, tensor_parallel_size=2)
+    given = Checkpoint(Path(path), str(p.device), p.dtype)
+    return _demo_engine(model, n_tokens, build_engine, demo.NUM_BLOCKS, given=given, enable_prefix_caching=True,
+                        tensor_parallel_size=2)
 
 
 def _l12_generate(engine, prompt_ids, max_new_tokens, eos_ids, max_model_len) -> Generation:

@@ -44,12 +44,7 @@ def watch(procs, held: dict, describe) -> threading.Thread:
         print(f"l12_tensor_parallel: {held['why']}", file=sys.stderr, flush=True)
         if held["peer"] is not None:
             held["peer"].stop()
-        abort = getattr(held["pg"], "abort", None)
-        if abort is not None:
-            try:
-                abort()
-            except Exception:                        # noqa: BLE001  (torn down already)
-                pass
+        _abort(held["pg"])
     t = threading.Thread(target=run, name="tp-watch", daemon=True)
     t.start()
     return t
@@ -95,9 +90,15 @@ def shutdown(procs, conns, held) -> None:
     if held["peer"] is not None and not held["failed"]:   # our all-reduce's buffers, freed after a sync; after a
         held["peer"].close()                              # failure the GPU may wait on a dead peer: left to exit
     pg, held["pg"] = held["pg"], None
-    abort = getattr(pg, "abort", None)               # NCCL: drop the communicators now, without waiting on peers
-    if abort is not None and held["backend"] == "nccl":
+    if held["backend"] == "nccl":
+        _abort(pg)
+
+
+def _abort(pg) -> None:
+    """NCCL: drop the communicators now, without waiting on peers (a group torn down already: nothing)."""
+    abort = getattr(pg, "abort", None)
+    if abort is not None:
         try:
             abort()
-        except Exception:                            # noqa: BLE001  (already torn down)
+        except Exception:                            # noqa: BLE001
             pass

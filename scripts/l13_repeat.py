@@ -4,8 +4,8 @@ inside another batch. How many distinct outputs come back, without and with ``ba
     python scripts/l13_repeat.py                       # CPU: tiny Qwen3, float32, 24 repeats (~4 min)
     python scripts/l13_repeat.py --device cuda         # a GPU: bf16, random Qwen3-0.6B shape, 1,000 repeats
 
-Each wave adds 1-8 copies of the prompt and 0-60 other requests (0-6 on a CPU) (random lengths) at once and runs
-them to the end; the copies land at other rows of other batch sizes every wave. For every copy the
+Each wave adds 1-8 copies of the prompt and 0-60 other requests of random lengths (0-6 on a CPU)
+at once and runs them to the end; the copies land at other rows of other batch sizes every wave. For every copy the
 script keeps its greedy tokens and a hash of every step's logits (the bits). Verdict: with the
 option, one distinct logits sequence (exit 1 otherwise); without it, the count is the measurement.
 """

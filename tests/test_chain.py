@@ -55,8 +55,8 @@ def test_every_registered_stage_is_a_compare_side_and_unknown_sides_are_refused(
     with pytest.raises(UserError, match="l4_sampler"):
         check_side("l5", "--b")
     batch_only = [n for n, s in STAGES.items() if not s.layerwise]
-    assert batch_only == ["l5_scheduler", "l6_prefix_cache", "l7_fast", "l8_sliding_window", "l9_fp8_kv", "l11_spec_decode",
-                          "l12_tensor_parallel", "l13_batch_invariant"]
+    assert batch_only == ["l5_scheduler", "l6_prefix_cache", "l7_fast", "l8_sliding_window", "l9_fp8_kv",
+                          "l11_spec_decode", "l12_tensor_parallel", "l13_batch_invariant"]
     for name in batch_only:
         with pytest.raises(UserError, match="serves a whole batch"):
             check_side(name, "--b")
