@@ -14,7 +14,10 @@ by a random question of 32-96 tokens, 64-256 output tokens; prefix caching on, i
 Before each timed run the server serves a few short requests of other prompts (compiles, graphs).
 The load generator is benchmarks/bench_serve_client.py, a process of its own, sending every
 request at once. Per row: output tok/s, p50 TTFT and TPOT, the requests and generated tokens each
-replica took, its prefix-cache hit rate (from /metrics, labelled by engine). The goal (issue 40):
+replica took, its prefix-cache hit rate (from /metrics, labelled by engine); and each replica's
+stretch of steps on the client's clock (``replica``), so that a shortfall is pinned on the engines
+(a replica that finished early: the load was uneven, or the run's tail) or on what surrounds them
+(the server, the client: engines that finished together, long before the client). The goal (issue 40):
 dp 2 at least 1.9x dp 1 on the first workload.
 
 Every process (server, engine cores, their workers) runs with NVLink multicast off
@@ -65,6 +68,12 @@ def shared_prefix(groups, per_group, prefix_len, vocab, seed):
     return work
 
 
+SERIES = ("vllm:generation_tokens_total", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+          "tll:engine_step_seconds_total", "tll:engine_send_seconds_total", "tll:engine_busy_periods_total",
+          "tll:engine_busy_since_seconds", "tll:engine_last_step_end_seconds")
+CLOCKS = ("engine_busy_since_seconds", "engine_last_step_end_seconds")    # times, not counts: never differenced
+
+
 def per_engine(url: str) -> dict:
     """/metrics' engine-core series by engine index (urllib: the GPU box has no httpx)."""
     from urllib.request import urlopen
@@ -75,10 +84,25 @@ def per_engine(url: str) -> dict:
     out: dict = {}
     for f in text_string_to_metric_families(text):
         for s in f.samples:
-            if s.name in ("vllm:generation_tokens_total", "vllm:prefix_cache_queries_total",
-                          "vllm:prefix_cache_hits_total"):
+            if s.name in SERIES:
                 out.setdefault(s.labels["engine"], {})[s.name.split(":")[1].removesuffix("_total")] = s.value
     return out
+
+
+def replica(before: dict, after: dict, start: float, end: float) -> dict:
+    """One engine core over a timed run: its counters' change, and its stretch of steps on the
+    client's clock (one monotonic clock for every process of the machine). ``span_s``: its first
+    step's wake-up to its last step's end (None if it went idle in between: then the stretch is not
+    one); ``done_before_end_s``: how long before the client's last token it finished stepping (the
+    run's tail, where this replica's GPU had nothing left); ``tok_per_s``: its tokens over its span."""
+    d = {k: v if k in CLOCKS else v - before.get(k, 0) for k, v in after.items()}
+    one = d.get("engine_busy_periods") == 1
+    span = d["engine_last_step_end_seconds"] - d["engine_busy_since_seconds"] if one else None
+    return dict(d, hit_rate=d["prefix_cache_hits"] / max(d["prefix_cache_queries"], 1), span_s=span,
+                start_s=d["engine_busy_since_seconds"] - start if one else None,
+                done_before_end_s=end - d["engine_last_step_end_seconds"],
+                tok_per_s=d["generation_tokens"] / span if span else None,
+                send_share=d["engine_send_seconds"] / span if span else None)
 
 
 def serve(path, name, kw, work, warm, label, seed) -> dict:
@@ -92,14 +116,13 @@ def serve(path, name, kw, work, warm, label, seed) -> dict:
     with running_in_thread(server, timeout=600) as url:
         _client_run(url, name, warm, "inf", seed)
         before = per_engine(url)
-        r = summarize(_client_run(url, name, work, "inf", seed), label)
+        raw = _client_run(url, name, work, "inf", seed)
         after = per_engine(url)
         client = server.async_llm.client
         sent = list(getattr(getattr(client, "router", None), "sent", [len(work) + len(warm)]))
-    engines = {e: {k: v - before.get(e, {}).get(k, 0) for k, v in d.items()} for e, d in after.items()}
+    r = summarize(raw, label)
     r.update(start_s=start_s, describe=server.describe, routed=sent,
-             engines={e: dict(d, hit_rate=d["prefix_cache_hits"] / max(d["prefix_cache_queries"], 1))
-                      for e, d in sorted(engines.items())})
+             engines={e: replica(before.get(e, {}), d, raw["start"], raw["end"]) for e, d in sorted(after.items())})
     print(r["line"] + f"; replicas took {sent} requests (warm-up included)", flush=True)
     return r
 

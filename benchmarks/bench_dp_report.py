@@ -30,7 +30,7 @@ def markdown(meta: dict, rows: list, goal: float, not_judged: str | None) -> str
         out.append(f"| {r['workload']} | {r['dp']} | {r['routing']} | {r['output_tok_per_s']:,.0f} | "
                    f"{'-' if x is None else f'{x:.2f}x'} | {_p50(r['ttft_ms'])} | {_p50(r['tpot_ms'])} | "
                    f"{' / '.join(map(str, r['routed']))} | {tokens} | {hits} | {r['start_s']:.1f} |")
-    out.append("")
+    out += ["", *where_it_goes(rows), ""]
     if not_judged:
         out.append(not_judged)
         return "\n".join(out)
@@ -44,6 +44,37 @@ def markdown(meta: dict, rows: list, goal: float, not_judged: str | None) -> str
                    f"least-loaded ({'helps' if px > ll * 1.02 else 'hurts' if px < ll * 0.98 else 'no difference'}"
                    " beyond 2%)")
     return "\n".join(out)
+
+
+def _slash(values, fmt) -> str:
+    return " / ".join("-" if v is None else fmt(v) for v in values)
+
+
+def where_it_goes(rows: list) -> list[str]:
+    """Each row's replicas on the run's clock (bench_dp.replica): whether the engines or what
+    is around them (the server, the client) set the duration, and how evenly the replicas were loaded."""
+    out = ["Each replica's stretch of steps in the timed run (engine-core counters from /metrics, one clock):",
+           "", "| workload | replicas | routing | client s | replica spans s | replica done before client s | "
+           "engine tok/s per replica | handing over, % of span |", "|---|---:|---|---:|---|---|---|---|"]
+    for r in rows:
+        eng = list(r["engines"].values())
+        out.append(f"| {r['workload']} | {r['dp']} | {r['routing']} | {r['duration_s']:.2f} | "
+                   f"{_slash([e.get('span_s') for e in eng], lambda v: f'{v:.2f}')} | "
+                   f"{_slash([e.get('done_before_end_s') for e in eng], lambda v: f'{v:.2f}')} | "
+                   f"{_slash([e.get('tok_per_s') for e in eng], lambda v: f'{v:,.0f}')} | "
+                   f"{_slash([e.get('send_share') for e in eng], lambda v: f'{100 * v:.1f}')} |")
+    out.append("")
+    for r in rows:
+        one = next((x for x in rows if x["workload"] == r["workload"] and x["dp"] == 1), None)
+        spans = [e.get("span_s") for e in r["engines"].values()]
+        if r["dp"] == 1 or one is None or None in spans or None in [e.get("span_s") for e in one["engines"].values()]:
+            continue
+        base = max(e["span_s"] for e in one["engines"].values())
+        out.append(f"- {r['workload']}, dp {r['dp']} {r['routing']}: the engines alone give "
+                   f"{base / max(spans):.2f}x dp 1 (dp 1's span over the slowest replica's); the client saw "
+                   f"{r['output_tok_per_s'] / one['output_tok_per_s']:.2f}x. The replicas' spans differ by "
+                   f"{100 * (max(spans) / min(spans) - 1):.1f}%.")
+    return out
 
 
 def plot(plt, path: str, meta: dict, rows: list) -> None:
