@@ -1,0 +1,50 @@
+"""harness/gpu_compile.py: the kernels compile for a Hopper GPU (sm_90) on a machine without one.
+Each run is a process of its own with TRITON_INTERPRET=0 (a kernel is made interpreted or compiled
+when its module is imported, and this test process imported them interpreted)."""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args, tmp_path=None):
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), str(tmp_path or "")])))
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_kernel_that_only_a_gpu_compiler_refuses_is_reported(tmp_path):
+    """The interpreter runs this kernel happily; triton's compiler refuses the plain global it reads."""
+    (tmp_path / "planted_kernel.py").write_text(textwrap.dedent('''
+        import torch, triton, triton.language as tl
+        WIDTH = 128                                   # a plain int: only tl.constexpr globals may be read
+
+        @triton.jit
+        def twice(x_ptr, y_ptr):
+            i = tl.arange(0, WIDTH)
+            tl.store(y_ptr + i, tl.load(x_ptr + i) * 2)
+
+        def launch():
+            x = torch.empty(128, dtype=torch.bfloat16)
+            twice[(1,)](x, torch.empty_like(x))
+    '''))
+    script = ("from harness.gpu_compile import compile_launches, report\n"
+              "import planted_kernel\n"
+              "r = compile_launches(planted_kernel.launch)\n"
+              "print(report(r, 90))\n")
+    p = _run(["-c", script], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "1 launch(es) compiled for sm_90, 1 failed" in p.stdout, p.stdout + p.stderr
+    assert "Cannot access global variable WIDTH" in p.stdout, p.stdout
+
+
+@pytest.mark.deep
+def test_stage_13s_kernels_compile_for_sm_90():
+    p = _run(["-m", "harness.gpu_compile"])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    last = [ln for ln in p.stdout.splitlines() if "launch(es) compiled" in ln]
+    assert last and last[0].endswith(", 0 failed") and int(last[0].split()[0]) >= 20, p.stdout
