@@ -17,7 +17,8 @@ request at once. Per row: output tok/s, p50 TTFT and TPOT, the requests and gene
 replica took, its prefix-cache hit rate (from /metrics, labelled by engine); and each replica's
 stretch of steps on the client's clock (``replica``), so that a shortfall is pinned on the engines
 (a replica that finished early: the load was uneven, or the run's tail) or on what surrounds them
-(the server, the client: engines that finished together, long before the client). The goal (issue 40):
+(the server, the client: engines that finished together, long before the client); and the steady
+state (``full_stretch``: while every replica's batch is full) apart from the tail. The goal (issue 40):
 dp 2 at least 1.9x dp 1 on the first workload.
 
 Every process (server, engine cores, their workers) runs with NVLink multicast off
@@ -31,6 +32,7 @@ import json
 import os
 import random
 import sys
+import threading
 import time
 
 NVLS_OFF = dict(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
@@ -105,6 +107,37 @@ def replica(before: dict, after: dict, start: float, end: float) -> dict:
                 send_share=d["engine_send_seconds"] / span if span else None)
 
 
+class Sampler(threading.Thread):
+    """Every engine core's latest snapshot (running, waiting, tokens so far) every ``period`` s while a
+    run goes on: the server runs in this process, so its AsyncLLM's snapshots are read directly."""
+
+    def __init__(self, llm, period: float = 0.1):
+        super().__init__(daemon=True)
+        self.llm, self.period, self.samples, self.done = llm, period, [], threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            self.samples.append((time.perf_counter(), [(s.get("running", 0), s.get("generation_tokens", 0))
+                                                       for s in list(self.llm.snapshots)]))
+            self.done.wait(self.period)
+
+
+def full_stretch(samples: list) -> dict | None:
+    """The run's stretch where every engine ran its most requests at once (its batch full: the
+    steady state), from samples ``(t, [(running, tokens), ...])``: its seconds, output tok/s, and
+    the seconds after it (the tail, batches draining). None if no two samples are full."""
+    if not samples:
+        return None
+    peak = [max(s[1][e][0] for s in samples) for e in range(len(samples[0][1]))]
+    full = [i for i, (_, engines) in enumerate(samples) if all(r == p > 0 for (r, _), p in zip(engines, peak))]
+    if len(full) < 2:
+        return None
+    (t0, a), (t1, b) = samples[full[0]], samples[full[-1]]
+    tokens = sum(y for _, y in b) - sum(y for _, y in a)
+    return dict(seconds=t1 - t0, tok_per_s=tokens / (t1 - t0) if t1 > t0 else None, peak=peak,
+                tail_s=samples[-1][0] - t1)
+
+
 def serve(path, name, kw, work, warm, label, seed) -> dict:
     """One fresh server with these engine options: warmed up, then ``work`` all at once."""
     from benchmarks.bench_serve import _client_run
@@ -116,12 +149,16 @@ def serve(path, name, kw, work, warm, label, seed) -> dict:
     with running_in_thread(server, timeout=600) as url:
         _client_run(url, name, warm, "inf", seed)
         before = per_engine(url)
+        sampler = Sampler(server.async_llm)
+        sampler.start()
         raw = _client_run(url, name, work, "inf", seed)
+        sampler.done.set()
+        sampler.join()
         after = per_engine(url)
         client = server.async_llm.client
         sent = list(getattr(getattr(client, "router", None), "sent", [len(work) + len(warm)]))
     r = summarize(raw, label)
-    r.update(start_s=start_s, describe=server.describe, routed=sent,
+    r.update(start_s=start_s, describe=server.describe, routed=sent, full=full_stretch(sampler.samples),
              engines={e: replica(before.get(e, {}), d, raw["start"], raw["end"]) for e, d in sorted(after.items())})
     print(r["line"] + f"; replicas took {sent} requests (warm-up included)", flush=True)
     return r

@@ -73,8 +73,20 @@ def where_it_goes(rows: list) -> list[str]:
         out.append(f"- {r['workload']}, dp {r['dp']} {r['routing']}: the engines alone give "
                    f"{base / max(spans):.2f}x dp 1 (dp 1's span over the slowest replica's); the client saw "
                    f"{r['output_tok_per_s'] / one['output_tok_per_s']:.2f}x. The replicas' spans differ by "
-                   f"{100 * (max(spans) / min(spans) - 1):.1f}%.")
+                   f"{100 * (max(spans) / min(spans) - 1):.1f}%." + _steady(r, one))
     return out
+
+
+def _steady(r: dict, one: dict) -> str:
+    """The steady state's ratio (bench_dp.full_stretch: every replica's batch full) and the tail's share."""
+    a, b = one.get("full"), r.get("full")
+    if not a or not b or not a["tok_per_s"] or not b["tok_per_s"]:
+        return (" No two samples found every replica's batch full (a run too short, or too few requests to "
+                "fill them): no steady-state ratio.")
+    return (f" While every batch was full ({b['peak']} running; {b['seconds']:.1f} s of {r['duration_s']:.1f}, "
+            f"against dp 1's {a['seconds']:.1f} of {one['duration_s']:.1f}): {b['tok_per_s']:,.0f} tok/s against "
+            f"{a['tok_per_s']:,.0f}, {b['tok_per_s'] / a['tok_per_s']:.2f}x; after it, batches draining: "
+            f"{b['tail_s']:.1f} s against {a['tail_s']:.1f}.")
 
 
 def plot(plt, path: str, meta: dict, rows: list) -> None:
