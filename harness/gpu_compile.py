@@ -106,13 +106,33 @@ def compile_launches(work: Callable[[], None], arch: int = 90) -> list[Compiled]
     return out
 
 
+def launched_kernels(root: str) -> set[str]:
+    """Every @triton.jit function of the stage packages (l<N>_*/) that some line launches (``name[``):
+    what the workloads must cover. Helpers called from inside kernels are never launched."""
+    import glob
+    import re
+    jit, text = re.compile(r"@triton\.jit[^\n]*\n(?:@[^\n]*\n)*def (\w+)"), []
+    for path in glob.glob(os.path.join(root, "l[0-9]*_*", "*.py")):
+        with open(path) as f:
+            text.append(f.read())
+    src = "\n".join(text)
+    return {name for name in jit.findall(src) if re.search(rf"\b{name}\[", src)}
+
+
 def report(results: list[Compiled], arch: int) -> str:
-    lines = [f"{'kernel':28s} {'s':>5s} {'smem KB':>7s}  constexprs / error"]
+    """A line per variant (kernel and constexprs: one compile, however many launches), then the count."""
+    variants: dict = {}
     for r in results:
+        v = variants.setdefault((r.kernel, r.constexprs, r.error), [r, 0])
+        v[1] += 1
+    lines = [f"{'kernel':28s} {'launches':>8s} {'smem KB':>7s}  constexprs / error"]
+    for r, n in variants.values():
         smem = "-" if r.shared is None else f"{r.shared / 1024:.0f}"
-        lines.append(f"{r.kernel:28s} {r.seconds:5.1f} {smem:>7s}  " + (f"FAILED {r.error}" if r.error else r.constexprs))
+        lines.append(f"{r.kernel:28s} {n:8d} {smem:>7s}  " + (f"FAILED {r.error}" if r.error else r.constexprs))
     bad = sum(r.error is not None for r in results)
-    lines.append(f"{len(results)} launch(es) compiled for sm_{arch}, {bad} failed")
+    kernels = len({r.kernel for r in results})
+    lines.append(f"{len(results)} launch(es) of {kernels} kernel(s) in {len(variants)} variant(s) compiled for "
+                 f"sm_{arch}, {bad} failed")
     return "\n".join(lines)
 
 
@@ -135,8 +155,12 @@ def main(argv=None) -> int:
         print(f"gpu_compile: {n} ...", file=sys.stderr, flush=True)
         results += compile_launches(WORKLOADS[n], a.arch)
     print(report(results, a.arch))
+    missing = set() if a.only else launched_kernels(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) \
+        - {r.kernel for r in results}
+    if missing:
+        print(f"kernels no workload launched (add one to harness/gpu_compile_work.py): {', '.join(sorted(missing))}")
     print(f"({time.perf_counter() - t0:.0f} s)")
-    return 1 if not results or any(r.error for r in results) else 0
+    return 1 if not results or missing or any(r.error for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ where only a kernel's constexprs matter. The host's own choices (tile by M, spli
 with an H100's 132 SMs, as ``pick_tile`` and ``wants_split`` would make them there."""
 from __future__ import annotations
 
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 SMS = 132                                       # an H100's SMs: the host's launch choices as on one
 #: Qwen3-0.6B's and 8B's linear layers (q/k/v and gate/up merged): [N, K]
 SHAPES = ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (151936, 1024), (4096, 12288))
@@ -50,4 +55,51 @@ def l13_attention() -> None:
                                       max_seqlen_q=max_q, num_splits=splits, check=False)
 
 
-WORKLOADS = {"l13_matmul": l13_matmul, "l13_attention": l13_attention}
+def l12_allreduce() -> None:
+    """Stage 12's all-reduce over peer-mapped buffers, launched as PeerAllReduce launches it (its
+    shipped block, warps and programs), for 2 and 4 ranks: the buffers' addresses are made up, as
+    nothing runs (tests/test_l12_gpu.py runs it across GPUs); the stop flag's address an int64, as
+    a pinned tensor's data_ptr() is (a small int would be typed int32, and refused as a pointer)."""
+    import torch
+
+    from l12_tensor_parallel.allreduce import BLOCK, PROGRAMS, SPIN_LIMIT, WARPS, _peer_all_reduce
+    i64 = dict(dtype=torch.int64)
+    for world in (2, 4):
+        t = torch.empty(4096, dtype=torch.bfloat16)
+        _peer_all_reduce[(PROGRAMS,)](t, torch.empty_like(t), torch.zeros(world, **i64), torch.zeros(world, **i64),
+                                      torch.zeros(PROGRAMS, **i64), torch.zeros(1, dtype=torch.int32), 1 << 40, t.numel(),
+                                      1 << 20, SPIN_LIMIT, PROGRAMS, RANK=1, WORLD=world, BLOCK=BLOCK, num_warps=WARPS)
+
+
+#: engine options whose steps launch different kernels (the latest stage's engine, every part)
+ENGINES = {"default": {}, "fp8": dict(kv_cache_dtype="fp8"), "fp8_per_token_head": dict(kv_cache_dtype="fp8_per_token_head"),
+           "ngram": dict(speculative_config=dict(method="ngram", num_speculative_tokens=3, prompt_lookup_min=1,
+                                                 prompt_lookup_max=3), async_scheduling=False),
+           "batch_invariant": dict(batch_invariant=True)}
+
+
+def engines() -> None:
+    """The latest stage's engine, as a user runs it, on a random Qwen3-0.6B shape cut to two layers
+    (each layer's kernels are the same): prefill, chunked prefill and decode steps of two requests
+    under each of ENGINES' options; and the tiny windowed checkpoint (stage 8's kernels, its shape).
+    The host code runs for real on the CPU (embedding, sampling); only the kernels are compiled,
+    their outputs left unwritten, so the tokens mean nothing."""
+    import torch
+
+    from harness.random_checkpoint import build_checkpoint
+    from l4_sampler.params import SamplingParams
+    from l5_scheduler.stages import latest
+    LLM = latest("stage").LLM
+    path = build_checkpoint(os.path.join(ROOT, "out", "gpu_compile", "qwen3-0.6b-2-layers"), num_layers=2)
+    prompts = [{"prompt_token_ids": list(range(1, 81))}, {"prompt_token_ids": list(range(101, 141))}]   # in every vocabulary
+    for model, name, opts in [(path, n, o) for n, o in ENGINES.items()] + [("tiny-qwen2-hybrid", "default", {}),
+                                                                            ("tiny-qwen2-hybrid", "fp8", ENGINES["fp8"])]:
+        print(f"gpu_compile: engine {os.path.basename(model)} {name}", file=sys.stderr, flush=True)
+        llm = LLM(model, device="cpu", dtype=torch.bfloat16, num_gpu_blocks_override=64, max_model_len=512,
+                  max_num_batched_tokens=64, **opts)
+        llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+        del llm
+
+
+WORKLOADS = {"l13_matmul": l13_matmul, "l13_attention": l13_attention, "l12_allreduce": l12_allreduce,
+             "engines": engines}
