@@ -17,6 +17,7 @@ def _run(args, tmp_path=None):
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.deep                     # a process of its own that imports torch and compiles: seconds
 def test_a_kernel_that_only_a_gpu_compiler_refuses_is_reported(tmp_path):
     """The interpreter runs this kernel happily; triton's compiler refuses the plain global it reads."""
     (tmp_path / "planted_kernel.py").write_text(textwrap.dedent('''
