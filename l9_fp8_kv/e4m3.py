@@ -39,6 +39,18 @@ FP8_MAX = 448.0
 SCALES = ("tensor", "token")          # per-tensor (vLLM's) or per token and head
 
 
+def e4m3_refusal(device_type: str, capability: tuple[int, int] | None, interpret: bool) -> str | None:
+    """Why this device cannot run the e4m3 kernels, or None. Triton compiles float8_e4m3fn (its
+    "fp8e4nv") for compute capability 8.9 and newer only (Ada, Hopper): on an A100 (8.0) or an
+    RTX 30xx (8.6) the kernels would fail to compile at the first step ("type fp8e4nv not supported
+    in this architecture"; harness/gpu_compile.py --arch 80 shows it). A CPU runs them through the
+    interpreter."""
+    if device_type != "cuda" or interpret or capability is None or tuple(capability) >= (8, 9):
+        return None
+    return (f"the e4m3 KV cache's Triton kernels need compute capability 8.9 or newer (Ada, Hopper), and this "
+            f"GPU is {capability[0]}.{capability[1]}")
+
+
 @learner_can_replace
 def quantize_kv(x: torch.Tensor, scale: torch.Tensor | None):
     """``x`` [T, H, D] (any float dtype) -> (codes [T, H, D] float8_e4m3fn, scale [T, H] float32).

@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
+from plumbing.errors import UserError
+from plumbing.runtime import INTERPRET
+
 from l5_scheduler.assemble import Stage
 from l5_scheduler.llm import entry_points
 from l8_sliding_window.groups import pool_blocks
 from l8_sliding_window.stage import STAGES as BEFORE
 
 from .cache import Fp8KVCache, fp8_pool_blocks
+from .e4m3 import e4m3_refusal
 from .options import KV_CACHE_DTYPES, OPTIONS
 
 
@@ -31,6 +37,10 @@ def kv_cache(a):
     if per_token is None:                             # auto: the model's dtype
         return None
     cfg, groups, p = a.model.cfg, a.part("kv_groups"), next(a.model.parameters())
+    why = e4m3_refusal(p.device.type, torch.cuda.get_device_capability(p.device) if p.device.type == "cuda" else None,
+                       INTERPRET) if a.args.impl != "torch" else None
+    if why:
+        raise UserError(f"kv_cache_dtype={a.args.kv_cache_dtype!r}: {why}. Use kv_cache_dtype='auto' on this GPU.")
     shared = pool_blocks(a.config.num_blocks, groups, cfg.num_layers)
     a.config = dataclasses.replace(a.config, num_blocks=fp8_pool_blocks(shared, cfg, groups, a.config.block_size,
                                                                         p.dtype, per_token))

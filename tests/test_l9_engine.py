@@ -37,6 +37,19 @@ def test_l9_refuses_an_unknown_kv_cache_dtype_naming_the_choices():
         LLM(None, kv_cache_dtype="fp8_e5m2")
 
 
+def test_l9_e4m3_kernels_are_refused_below_compute_capability_8_9_in_one_line(monkeypatch):
+    """Triton has no e4m3 ("fp8e4nv") before sm_89: an A100 or an RTX 30xx gets one line naming the
+    fix, at construction, not a compile error at the first step (harness/gpu_compile.py --arch 80)."""
+    from l9_fp8_kv.e4m3 import e4m3_refusal
+    assert "8.9 or newer" in e4m3_refusal("cuda", (8, 0), False) and "is 8.6" in e4m3_refusal("cuda", (8, 6), False)
+    assert e4m3_refusal("cuda", (8, 9), False) is None and e4m3_refusal("cuda", (9, 0), False) is None
+    assert e4m3_refusal("cpu", None, True) is None and e4m3_refusal("cuda", (8, 0), True) is None   # the interpreter
+    import l9_fp8_kv.stage as stage
+    monkeypatch.setattr(stage, "e4m3_refusal", lambda *a: "the GPU is too old")          # as an A100 answers
+    with pytest.raises(UserError, match=r"kv_cache_dtype='fp8': the GPU is too old\. Use kv_cache_dtype='auto'"):
+        LLM(None, kv_cache_dtype="fp8")
+
+
 @pytest.mark.parametrize("kv_cache_dtype,many", [("fp8", False),
                                                   pytest.param("fp8_per_token_head", True, marks=pytest.mark.deep)])
 def test_l9_triton_path_emits_the_reference_paths_tokens_batched_chunked_preempted_and_shared(kv_cache_dtype, many):
