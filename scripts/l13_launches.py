@@ -20,6 +20,7 @@ import argparse
 import collections
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = 28                                     # Qwen3-0.6B
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
         for name in ("num_sms", "_num_sms"):           # the host's SM count (the matmul's, the attention's): --sms
             if module is not None and hasattr(module, name):
                 setattr(module, name, lambda device: a.sms)
-    real = JITFunction.run
+    real, t0 = JITFunction.run, time.perf_counter()
     one, two = (count(a, LLM, SamplingParams, JITFunction, real, torch,
                       build_checkpoint(os.path.join(ROOT, "out", "gpu_compile", f"qwen3-0.6b-{n}-layers"), num_layers=n))
                 for n in (1, 2))
@@ -68,11 +69,13 @@ def main(argv=None) -> int:
         print(f"{name:30s} {per:8d} {rest:9d} {rest + LAYERS * per:10d}")
     per, rest = sum(two.values()) - sum(one.values()), 2 * sum(one.values()) - sum(two.values())
     print(f"{'all':30s} {per:8d} {rest:9d} {rest + LAYERS * per:10d}")
+    print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 0
 
 
 def count(a, LLM, SamplingParams, JITFunction, real, torch, path) -> collections.Counter:
     """The decode step's launches by kernel, in an engine of ``path``'s layers."""
+    print(f"l13_launches: {os.path.basename(path)}: prefill, then one decode step ...", file=sys.stderr, flush=True)
     counts, counting = collections.Counter(), [False]
 
     def compile_and_count(self, *args, grid, warmup, **kw):
