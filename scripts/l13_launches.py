@@ -42,7 +42,6 @@ def main(argv=None) -> int:
         sys.exit("l13_launches.py compiles kernels instead of interpreting them: run it as its own process, "
                  "without TRITON_INTERPRET=1 (python scripts/l13_launches.py)")
     os.environ["TRITON_INTERPRET"] = "0"
-    sys.path.insert(0, ROOT)
     from harness.gpu_compile import use_target
     use_target(90)
     import torch
