@@ -1,6 +1,6 @@
 """Compile Triton kernels for a GPU on a machine that has none: what a CPU's interpreter never sees.
 
-    python -m harness.gpu_compile                 # stage 13's kernels for sm_90 (H100/H200), ~1 minute
+    python -m harness.gpu_compile                 # every launched kernel, for sm_90 (H100/H200), ~1 minute
     python -m harness.gpu_compile --arch 80       # another compute capability (PDL variants need 90)
 
 The interpreter runs a kernel's Python, not the compiler: a kernel that reads a module's plain
@@ -34,6 +34,16 @@ class Compiled:
     seconds: float
     shared: int | None = None
     error: str | None = None
+
+
+def compile_only_process(prog: str) -> None:
+    """This process's kernels are to be compiled, not interpreted: triton decides when a kernel's
+    module is imported, so before any is (else exit, saying how to run ``prog``)."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or "triton" in sys.modules:
+        sys.exit(f"{prog} compiles kernels for a GPU instead of interpreting them: run it as a process of its "
+                 "own, without TRITON_INTERPRET=1 (kernels are made interpreted or compiled when their module is "
+                 "imported)")
+    os.environ["TRITON_INTERPRET"] = "0"
 
 
 def use_target(arch: int):
@@ -141,10 +151,7 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100/H200)")
     ap.add_argument("--only", default=None, help="comma-separated workloads (default: all of gpu_compile_work's)")
     a = ap.parse_args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or "triton" in sys.modules:
-        sys.exit("harness.gpu_compile must start its own process with TRITON_INTERPRET=0 (python -m "
-                 "harness.gpu_compile): kernels are made interpreted or compiled when their module is imported")
-    os.environ["TRITON_INTERPRET"] = "0"
+    compile_only_process("python -m harness.gpu_compile")
     from harness.gpu_compile_work import WORKLOADS
     names = a.only.split(",") if a.only else list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]

@@ -38,28 +38,18 @@ def parse(argv):
 
 def main(argv=None) -> int:
     a = parse(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") or "triton" in sys.modules:
-        sys.exit("l13_launches.py compiles kernels instead of interpreting them: run it as its own process, "
-                 "without TRITON_INTERPRET=1 (python scripts/l13_launches.py)")
-    os.environ["TRITON_INTERPRET"] = "0"
-    from harness.gpu_compile import use_target
-    use_target(90)
-    import torch
-    from triton.runtime.jit import JITFunction
-
+    from harness.gpu_compile import compile_launches, compile_only_process
+    compile_only_process("scripts/l13_launches.py")
     import l7_fast.runner
     import l13_batch_invariant.matmul
     from harness.random_checkpoint import build_checkpoint
-    from l4_sampler.params import SamplingParams
-    from l13_batch_invariant import LLM
     for module in (l13_batch_invariant.matmul, sys.modules.get("l13_batch_invariant.tiles"), l7_fast.runner):
         for name in ("num_sms", "_num_sms"):           # the host's SM count (the matmul's, the attention's): --sms
             if module is not None and hasattr(module, name):
                 setattr(module, name, lambda device: a.sms)
-    real, t0 = JITFunction.run, time.perf_counter()
-    one, two = (count(a, LLM, SamplingParams, JITFunction, real, torch,
-                      build_checkpoint(os.path.join(ROOT, "out", "gpu_compile", f"qwen3-0.6b-{n}-layers"), num_layers=n))
-                for n in (1, 2))
+    t0 = time.perf_counter()
+    one, two = (count(a, compile_launches, build_checkpoint(
+        os.path.join(ROOT, "out", "gpu_compile", f"qwen3-0.6b-{n}-layers"), num_layers=n)) for n in (1, 2))
     print(f"stage 13, batch_invariant: one decode step of {a.batch} request(s), Qwen3-0.6B's shape, the host's "
           f"choices for {a.sms} SMs (Triton launches; torch's own kernels not counted)\n")
     print(f"{'kernel':30s} {'a layer':>8s} {'the rest':>9s} {f'{LAYERS} layers':>10s}")
@@ -72,29 +62,30 @@ def main(argv=None) -> int:
     return 0
 
 
-def count(a, LLM, SamplingParams, JITFunction, real, torch, path) -> collections.Counter:
-    """The decode step's launches by kernel, in an engine of ``path``'s layers."""
-    print(f"l13_launches: {os.path.basename(path)}: prefill, then one decode step ...", file=sys.stderr, flush=True)
-    counts, counting = collections.Counter(), [False]
+def count(a, compile_launches, path) -> collections.Counter:
+    """The decode step's launches by kernel, in an engine of ``path``'s layers: the engine built and
+    the prompts prefilled under one compile_launches, the decode step alone under a second."""
+    import torch
 
-    def compile_and_count(self, *args, grid, warmup, **kw):
-        if counting[0]:
-            counts[self.__name__] += 1
-        return real(self, *args, grid=grid, warmup=True, **kw)
-    JITFunction.run = compile_and_count
-    try:
-        eng = LLM(path, device="cpu", dtype=torch.bfloat16, batch_invariant=True, max_model_len=1024,
-                  num_gpu_blocks_override=a.batch * 40 + 64, max_num_seqs=a.batch).llm_engine
+    from l4_sampler.params import SamplingParams
+    from l13_batch_invariant import LLM
+    print(f"l13_launches: {os.path.basename(path)}: prefill, then one decode step ...", file=sys.stderr, flush=True)
+    made = {}
+
+    def prefill():
+        eng = made["engine"] = LLM(path, device="cpu", dtype=torch.bfloat16, batch_invariant=True, max_model_len=1024,
+                                   num_gpu_blocks_override=a.batch * 40 + 64, max_num_seqs=a.batch).llm_engine
         for i in range(a.batch):
             eng.add_request({"prompt_token_ids": [1 + (i + j) % 200 for j in range(512)]},
                             SamplingParams(max_tokens=4, ignore_eos=True), request_id=f"r{i}")
-        while any(not r.output_ids for r in eng.requests.values()):   # the prefills
+        while any(not r.output_ids for r in eng.requests.values()):
             eng.step()
-        counting[0] = True
-        eng.step()                                                    # one decode step of every request
-    finally:
-        JITFunction.run = real
-    return counts
+    launches = compile_launches(prefill) + (decode := compile_launches(lambda: made["engine"].step()))
+    failed = sorted({f"{r.kernel}: {r.error}" for r in launches if r.error})
+    if failed:
+        sys.exit("l13_launches: a kernel did not compile for sm_90, so the count would not be the engine's:\n"
+                 + "\n".join(failed))
+    return collections.Counter(r.kernel for r in decode)
 
 
 if __name__ == "__main__":
